@@ -1,0 +1,67 @@
+"""The ``dkm`` console script: one subcommand per module in :mod:`dkmsks.commands`.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed arguments and returning an exit code. Modules import
+their heavy dependencies (Spark, pandas) inside ``run`` so ``dkm --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Command modules in the order ``dkm --help`` lists them.
+COMMAND_MODULES = (
+    "generate",
+    "oracle",
+    "simulate",
+    "demo",
+    "run",
+    "publish",
+    "export",
+    "sql",
+    "status",
+    "bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dkm",
+        description=(
+            "dkmsks: exact spatial-keyword kNN monitoring (DkM-SKS) for location-aware "
+            "publish/subscribe, on PySpark and Delta Lake."
+        ),
+        epilog="Run 'dkm COMMAND --help' for the flags of a command.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"dkmsks.commands.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"dkmsks.commands.{name}":
+                continue  # command not built yet in this checkout
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, OSError) as err:
+        # Domain errors carry fix-it messages; a traceback would bury them.
+        from dkmsks.io.formats import InputError
+
+        if isinstance(err, (InputError, FileNotFoundError)) or type(err) is ValueError:
+            print(f"dkm {args.command}: error: {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
