@@ -1,0 +1,390 @@
+"""Per-worker kNN state: the exact result ``A(s)`` of every subscription a worker holds.
+
+The state is a set of flat numpy columns indexed by a *row* number (DESIGN §3 fact 6: no
+per-subscription Python objects). Rows hold the subscription itself (id, location, ``k``,
+registration time, keywords) and its current result as one row of the "kNN matrices"
+(:mod:`dkmsks.core.knn_init`): ``ids[row, :]`` int64 and ``d2[row, :]`` float64 ordered by
+``(d², object id)``, padded with ``-1`` / ``+inf``.
+
+Rows are recycled: removing a subscription frees its row for the next insertion. Indexes that
+refer to rows must therefore never trust a row number alone; they keep a per-row epoch that
+they bump when a row is freed (see :mod:`dkmsks.core.worker_index`).
+
+Deletions inside a multi-timestamp batch (DESIGN §3 fact 2) use a *liveness interval*:
+``remove(ids, t=T)`` keeps the row answering objects with ``o.t < T`` and frees it once the
+worker has seen objects up to ``T`` (its *watermark*).
+
+References
+----------
+Paper §3 (initial phase, kNN matrices of the initial subscriptions); DESIGN §1 (semantics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.model import (
+    Float64Array,
+    Int32Array,
+    Int64Array,
+    KeywordSets,
+    KnnResult,
+    Results,
+    Subscriptions,
+)
+
+#: End of the liveness interval of a subscription that has not been deleted.
+NEVER = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class StateArrays:
+    """A worker's state as plain arrays (what a Spark task reads and writes).
+
+    Row ``i`` is one live subscription. ``ids``/``d2`` are kNN matrices of width
+    ``K >= max(k)``; ``keywords`` is a CSR keyword set per row.
+    """
+
+    sub_ids: Int64Array
+    x: Float64Array
+    y: Float64Array
+    keywords: KeywordSets
+    k: Int32Array
+    t: Int64Array
+    ids: Int64Array
+    d2: Float64Array
+
+    def __len__(self) -> int:
+        return int(self.sub_ids.shape[0])
+
+    def subscriptions(self) -> Subscriptions:
+        return Subscriptions(self.sub_ids, self.x, self.y, self.keywords, self.k, self.t)
+
+
+class KnnState:
+    """The subscriptions of one worker and their exact current kNN.
+
+    Parameters
+    ----------
+    width
+        Initial width ``K`` of the kNN matrices; grows when a subscription with a larger
+        ``k`` arrives.
+    capacity
+        Initial number of rows; grows by doubling.
+
+    Notes
+    -----
+    Public arrays are views of the first :attr:`n_rows` rows; rows with ``in_use == False`` are
+    free. ``end_t`` is :data:`NEVER` for a live subscription and the deletion timestamp for a
+    retiring one (deleted inside the current batch, DESIGN §3 fact 2).
+    """
+
+    def __init__(self, width: int = 1, capacity: int = 16) -> None:
+        capacity = max(int(capacity), 1)
+        self.K = max(int(width), 1)
+        self._cap = capacity
+        self.n_rows = 0  # high-water mark of rows ever used
+        self.ids = np.full((capacity, self.K), -1, dtype=np.int64)
+        self.d2 = np.full((capacity, self.K), np.inf, dtype=np.float64)
+        self.k = np.zeros(capacity, dtype=np.int32)
+        self.sub_id = np.full(capacity, -1, dtype=np.int64)
+        self.x = np.zeros(capacity, dtype=np.float64)
+        self.y = np.zeros(capacity, dtype=np.float64)
+        self.t = np.zeros(capacity, dtype=np.int64)
+        self.end_t = np.full(capacity, NEVER, dtype=np.int64)
+        self.in_use = np.zeros(capacity, dtype=bool)
+        # Keywords of row r are kw_pool[kw_start[r] : kw_start[r] + kw_len[r]]; the pool is
+        # append-only and compacted when more than half of it is garbage.
+        self.kw_start = np.zeros(capacity, dtype=np.int64)
+        self.kw_len = np.zeros(capacity, dtype=np.int32)
+        self.kw_pool = np.zeros(max(capacity, 16), dtype=np.int32)
+        self._kw_used = 0
+        self._kw_live = 0
+        self._free: list[Int64Array] = []  # stacks of free rows (below n_rows)
+        self._n_free = 0
+        # sub id -> row map as two sorted arrays (vectorised lookups, O(n) memmove updates).
+        self._map_ids = np.zeros(0, dtype=np.int64)
+        self._map_rows = np.zeros(0, dtype=np.int64)
+        #: Largest object timestamp processed so far (frees retiring rows, see module doc).
+        self.watermark = np.iinfo(np.int64).min
+
+    # ------------------------------------------------------------------ sizes and lookups
+    def __len__(self) -> int:
+        """Number of live (mapped) subscriptions."""
+        return int(self._map_ids.shape[0])
+
+    @property
+    def sub_ids(self) -> Int64Array:
+        """Ids of the live subscriptions, ascending."""
+        return self._map_ids.copy()
+
+    def live_rows(self) -> Int64Array:
+        """Rows of the live subscriptions, in ascending sub-id order."""
+        return self._map_rows.copy()
+
+    def rows_of(self, sub_ids: npt.ArrayLike) -> Int64Array:
+        """Row of each id, ``-1`` for ids that are not live here."""
+        q = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
+        pos = np.searchsorted(self._map_ids, q)
+        pos_c = np.minimum(pos, max(self._map_ids.shape[0] - 1, 0))
+        if self._map_ids.shape[0] == 0:
+            return np.full(q.shape[0], -1, dtype=np.int64)
+        hit = self._map_ids[pos_c] == q
+        return np.where(hit, self._map_rows[pos_c], -1)
+
+    def contains(self, sub_ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        return self.rows_of(sub_ids) >= 0
+
+    def kth(self, rows: Int64Array) -> tuple[Float64Array, Int64Array]:
+        """``(d², id)`` of the k-th result of each row: ``(inf, -1)`` while not full."""
+        kk = self.k[rows].astype(np.int64) - 1
+        return self.d2[rows, kk], self.ids[rows, kk]
+
+    def radius2(self, rows: Int64Array) -> Float64Array:
+        """Squared ball radius of each row (``inf`` while ``|A(s)| < k``; DESIGN §1)."""
+        return self.kth(rows)[0]
+
+    def keywords_of(self, rows: Int64Array) -> KeywordSets:
+        """Keyword sets of ``rows`` in CSR form."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.kw_len[rows].astype(np.int64)
+        ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        offsets = np.arange(ptr[-1], dtype=np.int64) - np.repeat(ptr[:-1], lengths)
+        ids = self.kw_pool[np.repeat(self.kw_start[rows], lengths) + offsets]
+        return KeywordSets(ptr, ids.astype(np.int32, copy=False))
+
+    # ------------------------------------------------------------------ growth
+    def _grow_rows(self, need: int) -> None:
+        if need <= self._cap:
+            return
+        cap = self._cap
+        while cap < need:
+            cap *= 2
+
+        def grow(a: np.ndarray, fill: object) -> np.ndarray:
+            shape = (cap,) + a.shape[1:]
+            b = np.full(shape, fill, dtype=a.dtype)
+            b[: a.shape[0]] = a
+            return b
+
+        self.ids = grow(self.ids, -1)
+        self.d2 = grow(self.d2, np.inf)
+        self.k = grow(self.k, 0)
+        self.sub_id = grow(self.sub_id, -1)
+        self.x = grow(self.x, 0.0)
+        self.y = grow(self.y, 0.0)
+        self.t = grow(self.t, 0)
+        self.end_t = grow(self.end_t, NEVER)
+        self.in_use = grow(self.in_use, False)
+        self.kw_start = grow(self.kw_start, 0)
+        self.kw_len = grow(self.kw_len, 0)
+        self._cap = cap
+
+    def _grow_width(self, width: int) -> None:
+        if width <= self.K:
+            return
+        pad = width - self.K
+        self.ids = np.concatenate([self.ids, np.full((self._cap, pad), -1, np.int64)], axis=1)
+        self.d2 = np.concatenate([self.d2, np.full((self._cap, pad), np.inf)], axis=1)
+        self.K = width
+
+    def _append_keywords(self, rows: Int64Array, kws: KeywordSets) -> None:
+        n = int(kws.ids.shape[0])
+        if self._kw_used + n > self.kw_pool.shape[0]:
+            self._compact_keywords(extra=n)
+        self.kw_pool[self._kw_used : self._kw_used + n] = kws.ids
+        self.kw_start[rows] = self._kw_used + kws.ptr[:-1]
+        self.kw_len[rows] = kws.lengths().astype(np.int32)
+        self._kw_used += n
+        self._kw_live += n
+
+    def _compact_keywords(self, extra: int) -> None:
+        # Rewrite the pool with only the rows in use, then make room for `extra` more ids.
+        rows = np.flatnonzero(self.in_use[: self.n_rows])
+        kws = self.keywords_of(rows)
+        need = int(kws.ids.shape[0]) + extra
+        size = max(16, self.kw_pool.shape[0])
+        while size < 2 * need:
+            size *= 2
+        pool = np.zeros(size, dtype=np.int32)
+        pool[: kws.ids.shape[0]] = kws.ids
+        self.kw_pool = pool
+        self.kw_start[rows] = kws.ptr[:-1]
+        self._kw_used = int(kws.ids.shape[0])
+        self._kw_live = self._kw_used
+
+    def _take_rows(self, n: int) -> Int64Array:
+        """``n`` rows for new subscriptions: recycled free rows first, then fresh ones."""
+        out: list[Int64Array] = []
+        need = n
+        while need > 0 and self._free:
+            block = self._free[-1]
+            if block.shape[0] <= need:
+                out.append(block)
+                self._free.pop()
+                need -= block.shape[0]
+            else:
+                out.append(block[-need:])
+                self._free[-1] = block[:-need]
+                need = 0
+        self._n_free -= n - need
+        if need > 0:
+            self._grow_rows(self.n_rows + need)
+            out.append(np.arange(self.n_rows, self.n_rows + need, dtype=np.int64))
+            self.n_rows += need
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    # ------------------------------------------------------------------ add / remove
+    def add(
+        self,
+        subs: Subscriptions,
+        knn: tuple[Int64Array, Float64Array] | None = None,
+    ) -> Int64Array:
+        """Register subscriptions and return their rows.
+
+        Parameters
+        ----------
+        subs
+            The subscriptions; their ids must not be live here.
+        knn
+            Initial state as kNN matrices ``(ids[n, W], d2[n, W])`` (the exact kNN within
+            ``O_init`` of initial subscriptions), or ``None`` for an empty result: a
+            subscription registered after the initial phase starts empty (DESIGN §1).
+
+        Raises
+        ------
+        ValueError
+            If an id is already live on this worker, is repeated, or ``k < 1``.
+        """
+        n = len(subs)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        sid = subs.ids.astype(np.int64)
+        if np.unique(sid).shape[0] != n:
+            raise ValueError("duplicate subscription ids in one add(); add each id once")
+        if np.any(self.contains(sid)):
+            dup = sid[self.contains(sid)][:5].tolist()
+            raise ValueError(f"subscriptions {dup} are already live on this worker; remove them first")
+        if np.any(subs.k < 1):
+            raise ValueError("every subscription needs k >= 1")
+        self._grow_width(int(subs.k.max()))
+        rows = self._take_rows(n)
+        self.sub_id[rows] = sid
+        self.x[rows] = subs.x
+        self.y[rows] = subs.y
+        self.k[rows] = subs.k
+        self.t[rows] = subs.t
+        self.end_t[rows] = NEVER
+        self.in_use[rows] = True
+        self.ids[rows] = -1
+        self.d2[rows] = np.inf
+        if knn is not None:
+            kid, kd2 = knn
+            kid = np.asarray(kid, dtype=np.int64)
+            kd2 = np.asarray(kd2, dtype=np.float64)
+            if kid.shape[0] != n or kd2.shape != kid.shape:
+                raise ValueError(f"initial kNN matrices must have {n} rows and equal shapes")
+            w = min(kid.shape[1], self.K)
+            # Keep only each row's k best: matrices may be wider than this row's k.
+            cols = np.arange(w)[None, :]
+            keep = cols < subs.k[:, None]
+            self.ids[rows, :w] = np.where(keep, kid[:, :w], -1)
+            self.d2[rows, :w] = np.where(keep, kd2[:, :w], np.inf)
+        self._append_keywords(rows, subs.keywords)
+        self._map_insert(sid, rows)
+        return rows
+
+    def remove(self, sub_ids: npt.ArrayLike, t: int | None = None) -> Int64Array:
+        """Delete subscriptions; returns their rows (ids not live here are ignored).
+
+        With ``t=None`` the rows are freed at once. With ``t`` given (a deletion at timestamp
+        ``t`` inside a batch still to be processed), the id is released at once (it may be
+        registered again) but the row keeps answering objects with ``o.t < t`` until the
+        watermark reaches ``t`` (DESIGN §3 fact 2).
+        """
+        rows = self.rows_of(sub_ids)
+        rows = rows[rows >= 0]
+        if rows.shape[0] == 0:
+            return rows
+        self._map_delete(self.sub_id[rows])
+        if t is None or t <= self.watermark:
+            self._free_rows(rows)
+        else:
+            self.end_t[rows] = np.int64(t)
+        return rows
+
+    def release_retired(self) -> Int64Array:
+        """Free retiring rows whose deletion time the watermark has reached."""
+        n = self.n_rows
+        rows = np.flatnonzero(self.in_use[:n] & (self.end_t[:n] <= self.watermark))
+        if rows.shape[0]:
+            self._free_rows(rows)
+        return rows
+
+    def advance(self, t_max: int) -> None:
+        """Record that objects up to ``t_max`` have been processed."""
+        self.watermark = max(self.watermark, int(t_max))
+
+    def _free_rows(self, rows: Int64Array) -> None:
+        self.in_use[rows] = False
+        self.sub_id[rows] = -1
+        self.k[rows] = 0
+        self.ids[rows] = -1
+        self.d2[rows] = np.inf
+        self.end_t[rows] = NEVER
+        self._kw_live -= int(self.kw_len[rows].sum())
+        self.kw_len[rows] = 0
+        self._free.append(np.sort(rows)[::-1].copy())
+        self._n_free += int(rows.shape[0])
+
+    def _map_insert(self, sid: Int64Array, rows: Int64Array) -> None:
+        order = np.argsort(sid, kind="stable")
+        sid, rows = sid[order], rows[order]
+        pos = np.searchsorted(self._map_ids, sid)
+        self._map_ids = np.insert(self._map_ids, pos, sid)
+        self._map_rows = np.insert(self._map_rows, pos, rows)
+
+    def _map_delete(self, sid: Int64Array) -> None:
+        pos = np.searchsorted(self._map_ids, sid)
+        self._map_ids = np.delete(self._map_ids, pos)
+        self._map_rows = np.delete(self._map_rows, pos)
+
+    # ------------------------------------------------------------------ export / import
+    def results(self) -> Results:
+        """``A(s)`` of every live subscription (DESIGN §1), keyed by subscription id."""
+        out: Results = {}
+        for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist()):
+            kk = int(self.k[row])
+            ids = self.ids[row, :kk]
+            n = int(np.count_nonzero(ids >= 0))
+            out[sid] = KnnResult(ids[:n].copy(), self.d2[row, :n].copy())
+        return out
+
+    def to_arrays(self) -> StateArrays:
+        """Live subscriptions and their results as arrays, ascending by subscription id."""
+        rows = self._map_rows
+        return StateArrays(
+            self._map_ids.copy(),
+            self.x[rows].copy(),
+            self.y[rows].copy(),
+            self.keywords_of(rows),
+            self.k[rows].copy(),
+            self.t[rows].copy(),
+            self.ids[rows].copy(),
+            self.d2[rows].copy(),
+        )
+
+    @classmethod
+    def from_arrays(cls, arrays: StateArrays) -> KnnState:
+        """Rebuild a state written by :meth:`to_arrays` (rows ``0..n-1`` in array order)."""
+        n = len(arrays)
+        width = max(int(arrays.ids.shape[1]) if arrays.ids.ndim == 2 else 1, 1)
+        if n:
+            width = max(width, int(arrays.k.max()))
+        state = cls(width=width, capacity=max(n, 16))
+        state.add(arrays.subscriptions(), (arrays.ids, arrays.d2))
+        return state

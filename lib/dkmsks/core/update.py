@@ -1,0 +1,258 @@
+"""The exact kNN update of one worker, and the worker object (state + index).
+
+Given a batch of new objects (one or many timestamps), a worker:
+
+1. asks its index for candidate ``(object, subscription row)`` pairs (paper §3.1, §3.2, §4.3
+   "kNN update"; the index may over-approximate balls, DESIGN §3 fact 1);
+2. keeps the pairs whose subscription is live at ``o.t`` (``s.t <= o.t < end``, DESIGN §1);
+3. accepts a pair when the result is not full or ``(d², o.id) < (d², id)`` of the current k-th
+   result, with ``d² = dx*dx + dy*dy`` in float64 exactly as the oracle computes it;
+4. merges all accepted pairs at once: per affected row, the current result and its accepted
+   objects are sorted by ``(row, d², id)`` and the first ``k`` kept.
+
+Every candidate is tested against the state *before* the batch. That is exact for any batch
+of timestamps (DESIGN §3 fact 2: with insert-only objects the top-k of a union is the top-k of
+the merged top-ks, and an object that does not beat the old k-th cannot be in the new top-k),
+and it makes the counters independent of how the batch is chunked.
+
+Work counters (DESIGN §3 fact 4) are deterministic:
+
+- ``pairs_tested``: candidate pairs produced by the index (a subscription sharing ``j`` keywords
+  with an object is produced ``j`` times, as by the inverted files of the paper);
+- ``pairs_accepted``: distinct pairs whose object lies in the subscription's ball at the start
+  of the batch — for a single-timestamp batch this is the *minimum possible work*, the same for
+  every index;
+- ``subs_updated``: subscriptions whose result changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.knn_state import KnnState, StateArrays
+from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
+from dkmsks.core.worker_index import DEFAULT_BUDGET, WorkerIndex, make_index
+
+
+@dataclass
+class UpdateStats:
+    """Deterministic work counters of one :func:`process_batch` call (DESIGN §3 fact 4)."""
+
+    objects: int = 0
+    pairs_tested: int = 0
+    pairs_accepted: int = 0
+    subs_updated: int = 0
+    updated_rows: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+
+    def __iadd__(self, other: UpdateStats) -> UpdateStats:
+        self.objects += other.objects
+        self.pairs_tested += other.pairs_tested
+        self.pairs_accepted += other.pairs_accepted
+        self.subs_updated += other.subs_updated
+        return self
+
+
+def accept_candidates(
+    state: KnnState, objects: Objects, obj: Int64Array, rows: Int64Array
+) -> tuple[Int64Array, Int64Array, Float64Array]:
+    """Exact test of candidate pairs against the current state.
+
+    Returns the accepted ``(row, object id, d²)``; pairs are not deduplicated here.
+    """
+    ot = objects.t[obj]
+    live = (state.t[rows] <= ot) & (ot < state.end_t[rows])
+    if not live.all():
+        obj, rows, ot = obj[live], rows[live], ot[live]
+    # Bit-identical to the oracle: dx = o.x - s.x, d² = dx*dx + dy*dy in float64.
+    dx = objects.x[obj] - state.x[rows]
+    dy = objects.y[obj] - state.y[rows]
+    d2 = dx * dx + dy * dy
+    oid = objects.ids[obj]
+    kd2, kid = state.kth(rows)
+    full = kid >= 0
+    ok = ~full | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
+    return rows[ok], oid[ok], d2[ok]
+
+
+def merge_results(
+    state: KnnState, rows: Int64Array, oid: Int64Array, d2: Float64Array
+) -> Int64Array:
+    """Merge accepted ``(row, object id, d²)`` into the kNN matrices; returns the affected rows.
+
+    Vectorised: all affected rows' current entries and the accepted pairs are sorted together by
+    ``(row, d², id)`` and the first ``k`` of each row are written back.
+    """
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    touched = np.unique(rows)
+    K = state.K
+    cur_ids = state.ids[touched].reshape(-1)
+    cur_d2 = state.d2[touched].reshape(-1)
+    cur_rows = np.repeat(touched, K)
+    have = cur_ids >= 0
+    all_rows = np.concatenate([cur_rows[have], rows])
+    all_ids = np.concatenate([cur_ids[have], oid])
+    all_d2 = np.concatenate([cur_d2[have], d2])
+    order = np.lexsort((all_ids, all_d2, all_rows))
+    all_rows, all_ids, all_d2 = all_rows[order], all_ids[order], all_d2[order]
+    n = all_rows.shape[0]
+    starts = np.concatenate([[True], all_rows[1:] != all_rows[:-1]])
+    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    rank = np.arange(n) - first
+    keep = rank < state.k[all_rows]
+    state.ids[touched] = -1
+    state.d2[touched] = np.inf
+    state.ids[all_rows[keep], rank[keep]] = all_ids[keep]
+    state.d2[all_rows[keep], rank[keep]] = all_d2[keep]
+    return touched
+
+
+def process_batch(
+    state: KnnState,
+    index: WorkerIndex,
+    objects: Objects,
+    *,
+    budget: int = DEFAULT_BUDGET,
+) -> UpdateStats:
+    """Exact kNN update of one worker for a batch of objects (DESIGN §1, §3 fact 2).
+
+    The index is not told about shrunken balls here; :meth:`Worker.process` does that.
+    """
+    stats = UpdateStats(objects=len(objects))
+    if len(objects) == 0:
+        return stats
+    acc_r: list[Int64Array] = []
+    acc_o: list[Int64Array] = []
+    acc_d: list[Float64Array] = []
+    for obj, rows in index.candidates(state, objects, budget):
+        stats.pairs_tested += int(rows.shape[0])
+        r, o, d = accept_candidates(state, objects, obj, rows)
+        if r.shape[0]:
+            acc_r.append(r)
+            acc_o.append(o)
+            acc_d.append(d)
+    if not acc_r:
+        return stats
+    rows = np.concatenate(acc_r)
+    oid = np.concatenate(acc_o)
+    d2 = np.concatenate(acc_d)
+    # A pair found through several shared keywords is accepted once.
+    order = np.lexsort((oid, rows))
+    rows, oid, d2 = rows[order], oid[order], d2[order]
+    first = np.concatenate([[True], (rows[1:] != rows[:-1]) | (oid[1:] != oid[:-1])])
+    rows, oid, d2 = rows[first], oid[first], d2[first]
+    stats.pairs_accepted = int(rows.shape[0])
+    touched = merge_results(state, rows, oid, d2)
+    stats.subs_updated = int(touched.shape[0])
+    stats.updated_rows = touched
+    return stats
+
+
+class Worker:
+    """One worker of DkM-SKS (or KOP / SOP): its kNN state and its index (paper §3, §4).
+
+    Parameters
+    ----------
+    method
+        ``"kop"``, ``"sop"`` or ``"dkm"`` — selects the index kind (DESIGN §2).
+    space
+        The data space fixed at partition time (DESIGN §1; used by the grid).
+    grid
+        ``G`` of the DkM-SKS grid.
+    budget
+        Candidate pairs per chunk (memory bound).
+    index_options
+        Extra keyword arguments for the index (e.g. ``max_cells``, ``shrink``).
+
+    Notes
+    -----
+    Protocol per timestamp (DESIGN §1): :meth:`remove` (deletions), :meth:`add` (insertions),
+    then :meth:`process` (objects). For a batch of several timestamps, pass each deletion's
+    timestamp to :meth:`remove` and register insertions with their ``t``: every object is then
+    tested only against subscriptions live at ``o.t`` (DESIGN §3 fact 2). Objects must arrive
+    in non-decreasing ``t`` across calls.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        space: Rect,
+        *,
+        grid: int = 256,
+        budget: int = DEFAULT_BUDGET,
+        width: int = 1,
+        **index_options: float,
+    ) -> None:
+        self.method = method.lower()
+        self.space = space
+        self.budget = int(budget)
+        self.state = KnnState(width=width)
+        self.index: WorkerIndex = make_index(self.method, space, grid=grid, **index_options)
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def add(
+        self,
+        subs: Subscriptions,
+        knn: tuple[Int64Array, Float64Array] | None = None,
+        *,
+        groups: npt.ArrayLike | None = None,
+    ) -> Int64Array:
+        """Register subscriptions (initial ones with their ``O_init`` kNN, new ones empty).
+
+        ``groups`` (SOP only) are the plan's region-subset ids of the subscriptions; when
+        omitted the SOP index picks the subset whose ``R`` holds each location.
+        """
+        rows = self.state.add(subs, knn)
+        g = None if groups is None else np.asarray(groups, dtype=np.int64)
+        self.index.add(self.state, rows, g)
+        return rows
+
+    def remove(self, sub_ids: npt.ArrayLike, t: int | None = None) -> int:
+        """Delete subscriptions (ids not held here are ignored); returns how many were held."""
+        rows = self.state.remove(sub_ids, t)
+        if t is None or t <= self.state.watermark:
+            self.index.forget(rows)
+        return int(rows.shape[0])
+
+    def process(self, objects: Objects) -> UpdateStats:
+        """Exact kNN update for a batch of objects, then lazy index maintenance."""
+        stats = process_batch(self.state, self.index, objects, budget=self.budget)
+        if stats.updated_rows.shape[0]:
+            self.index.updated(self.state, stats.updated_rows)
+        if len(objects):
+            self.state.advance(int(objects.t.max()))
+        freed = self.state.release_retired()
+        if freed.shape[0]:
+            self.index.forget(freed)
+        self.index.maintain(self.state)
+        return stats
+
+    def results(self) -> Results:
+        return self.state.results()
+
+    def to_arrays(self) -> StateArrays:
+        """The worker's state as arrays (index is rebuilt from it by :meth:`from_arrays`)."""
+        return self.state.to_arrays()
+
+    @classmethod
+    def from_arrays(
+        cls,
+        method: str,
+        space: Rect,
+        arrays: StateArrays,
+        *,
+        groups: npt.ArrayLike | None = None,
+        grid: int = 256,
+        budget: int = DEFAULT_BUDGET,
+        **index_options: float,
+    ) -> Worker:
+        """Rebuild a worker (state and index) from :meth:`to_arrays` output."""
+        w = cls(method, space, grid=grid, budget=budget, width=max(int(arrays.ids.shape[1]), 1), **index_options)
+        w.add(arrays.subscriptions(), (arrays.ids, arrays.d2), groups=groups)
+        w.index.maintain(w.state, force=True)
+        return w

@@ -1,0 +1,590 @@
+"""Worker indexes: candidate (object, subscription) pairs for a batch of new objects.
+
+Three kinds, one per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3):
+
+- :class:`KopIndex` — one inverted file keyword → subscription rows (paper §3.1, "kNN update");
+- :class:`SopIndex` — per region subset its rectangle ``R`` and an inverted file; an object
+  probes only the subsets whose ``R`` contains it (paper §3.2);
+- :class:`GridIndex` — DkM-SKS: a ``G × G`` grid over the data space, per cell an inverted file
+  of every subscription whose ball overlaps the cell (paper §4.3).
+
+All of them are flat numpy structures built on :class:`Postings` (sorted keys + CSR of rows,
+answered with ``searchsorted``) plus a small unsorted *delta* for recent insertions, merged
+into the sorted part when it grows. None is ever allowed to *under*-approximate a ball; they
+may over-approximate it (DESIGN §3 fact 1), which is what makes every maintenance step lazy:
+
+- deleting a subscription only bumps its row's *epoch*: entries carrying an older epoch are
+  dropped at lookup time and physically removed at the next merge;
+- a ball that shrank leaves the subscription in too many cells (grid) or a too-large ``R``
+  (SOP); the grid re-indexes a row only once its radius has halved, SOP recomputes its
+  rectangles after each batch.
+
+Points outside the data space are clamped for cell lookups only (DESIGN §1); boundary cells
+therefore extend to infinity, and every radius used for indexing is inflated by a few ulps so
+that float rounding can never push an in-ball object out of an indexed cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.knn_state import KnnState
+from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
+
+#: Candidate pairs are produced in chunks of at most this many (bounds peak memory).
+DEFAULT_BUDGET = 1 << 22
+
+_KW_BITS = 32
+_KW_MASK = (1 << _KW_BITS) - 1
+
+
+def _expand_ranges(lo: Int64Array, hi: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """For ranges ``[lo_i, hi_i)`` return (owner ``i`` of each position, the positions)."""
+    counts = hi - lo
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(lo.shape[0], dtype=np.int64), counts)
+    if total == 0:
+        return owner, np.zeros(0, dtype=np.int64)
+    starts = np.zeros(lo.shape[0], dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, counts)
+    return owner, pos
+
+
+def safe_radius(r2: Float64Array, x: Float64Array, y: Float64Array) -> Float64Array:
+    """A radius ``>=`` the true one with a margin for float rounding (``inf`` stays ``inf``).
+
+    An object with ``d² <= r²`` (computed as ``dx*dx + dy*dy``) satisfies ``|dx| <= sqrt(r²)``
+    up to a relative error of a few ulps of ``r`` and of the coordinates; the margin covers
+    that with many orders of magnitude to spare, so bounding boxes never under-approximate.
+    """
+    r = np.sqrt(r2)
+    return r * (1.0 + 1e-9) + 1e-9 * (np.abs(x) + np.abs(y)) + 1e-300
+
+
+def ball_boxes(
+    state: KnnState, rows: Int64Array
+) -> tuple[Float64Array, Float64Array, Float64Array, Float64Array, Float64Array]:
+    """Safe bounding boxes ``(xmin, ymin, xmax, ymax, r)`` of the balls of ``rows``."""
+    x, y = state.x[rows], state.y[rows]
+    r = safe_radius(state.radius2(rows), x, y)
+    return x - r, y - r, x + r, y + r, r
+
+
+class Postings:
+    """A multimap ``int64 key → (row, epoch)``: a sorted CSR part plus an unsorted delta.
+
+    Entries whose epoch differs from the index's current epoch of their row are stale and are
+    skipped by :meth:`pairs` (DESIGN §3 fact 1: stale entries only ever add candidates that the
+    caller would reject anyway — here they are even filtered before the distance test).
+    """
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)  # unique, ascending
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.epochs = np.zeros(0, dtype=np.int32)
+        self._dk: list[Int64Array] = []
+        self._dr: list[Int64Array] = []
+        self._de: list[npt.NDArray[np.int32]] = []
+        self._delta: tuple[Int64Array, Int64Array, npt.NDArray[np.int32]] | None = None
+        self.n_delta = 0
+        self.n_stale = 0
+
+    @property
+    def n_main(self) -> int:
+        return int(self.rows.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_main + self.n_delta
+
+    def insert(self, keys: Int64Array, rows: Int64Array, epochs: npt.NDArray[np.int32]) -> None:
+        if keys.shape[0] == 0:
+            return
+        self._dk.append(keys.astype(np.int64, copy=False))
+        self._dr.append(rows.astype(np.int64, copy=False))
+        self._de.append(epochs.astype(np.int32, copy=False))
+        self.n_delta += int(keys.shape[0])
+        self._delta = None
+
+    def _sorted_delta(self) -> tuple[Int64Array, Int64Array, npt.NDArray[np.int32]]:
+        if self._delta is None:
+            if self._dk:
+                k = np.concatenate(self._dk)
+                r = np.concatenate(self._dr)
+                e = np.concatenate(self._de)
+                order = np.argsort(k, kind="stable")
+                self._dk, self._dr, self._de = [k[order]], [r[order]], [e[order]]
+                self._delta = (self._dk[0], self._dr[0], self._de[0])
+            else:
+                z = np.zeros(0, dtype=np.int64)
+                self._delta = (z, z, np.zeros(0, dtype=np.int32))
+        return self._delta
+
+    def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
+        """Merge the delta into the sorted part and drop stale entries."""
+        dk, dr, de = self._sorted_delta()
+        keys = np.concatenate([np.repeat(self.keys, np.diff(self.ptr)), dk])
+        rows = np.concatenate([self.rows, dr])
+        eps = np.concatenate([self.epochs, de])
+        valid = eps == current_epoch[rows]
+        keys, rows, eps = keys[valid], rows[valid], eps[valid]
+        # Stable: equal keys keep main-then-delta order, so the result is deterministic.
+        order = np.argsort(keys, kind="stable")
+        keys, self.rows, self.epochs = keys[order], rows[order], eps[order]
+        if keys.shape[0]:
+            first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+            self.keys = keys[first]
+            self.ptr = np.append(first, keys.shape[0]).astype(np.int64)
+        else:
+            self.keys = np.zeros(0, dtype=np.int64)
+            self.ptr = np.zeros(1, dtype=np.int64)
+        self._dk, self._dr, self._de, self._delta = [], [], [], None
+        self.n_delta = 0
+        self.n_stale = 0
+
+    def pairs(
+        self,
+        qkeys: Int64Array,
+        qowner: Int64Array,
+        current_epoch: npt.NDArray[np.int32],
+        budget: int = DEFAULT_BUDGET,
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """Yield ``(owner, row)`` for every live entry under each query key, in chunks.
+
+        ``qowner[i]`` is the object index that asked for ``qkeys[i]``; a chunk holds at most
+        ``budget`` raw entries unless one query key alone has more.
+        """
+        if qkeys.shape[0] == 0:
+            return
+        # Main part: unique keys -> CSR ranges.
+        if self.keys.shape[0]:
+            pos = np.minimum(np.searchsorted(self.keys, qkeys), self.keys.shape[0] - 1)
+            hit = self.keys[pos] == qkeys
+            m_lo = np.where(hit, self.ptr[pos], 0)
+            m_hi = np.where(hit, self.ptr[pos + 1], 0)
+        else:
+            m_lo = m_hi = np.zeros(qkeys.shape[0], dtype=np.int64)
+        dk, dr, de = self._sorted_delta()
+        d_lo = np.searchsorted(dk, qkeys, side="left")
+        d_hi = np.searchsorted(dk, qkeys, side="right")
+        counts = (m_hi - m_lo) + (d_hi - d_lo)
+        cum = np.cumsum(counts)
+        total = int(cum[-1]) if cum.shape[0] else 0
+        if total == 0:
+            return
+        # Chunk boundaries over query keys so that each chunk expands to ~budget entries.
+        marks = np.arange(budget, total, budget, dtype=np.int64)
+        cuts = np.unique(np.concatenate([[0], np.searchsorted(cum, marks, side="left") + 1, [qkeys.shape[0]]]))
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            if a >= b:
+                continue
+            own_m, p_m = _expand_ranges(m_lo[a:b], m_hi[a:b])
+            own_d, p_d = _expand_ranges(d_lo[a:b], d_hi[a:b])
+            rows = np.concatenate([self.rows[p_m], dr[p_d]])
+            eps = np.concatenate([self.epochs[p_m], de[p_d]])
+            owner = qowner[a:b][np.concatenate([own_m, own_d])]
+            live = eps == current_epoch[rows]
+            if not live.all():
+                rows, owner = rows[live], owner[live]
+            if rows.shape[0]:
+                yield owner, rows
+
+
+def _object_keyword_pairs(objects: Objects, obj_idx: Int64Array | None = None) -> tuple[Int64Array, Int64Array]:
+    """``(object index, keyword)`` for every keyword of every object (or of ``obj_idx``)."""
+    if obj_idx is None:
+        return objects.keywords.owners(), objects.keywords.ids.astype(np.int64)
+    kws = objects.keywords.take(obj_idx)
+    return obj_idx[kws.owners()], kws.ids.astype(np.int64)
+
+
+class WorkerIndex(Protocol):
+    """What :class:`dkmsks.core.update.Worker` needs from an index."""
+
+    kind: str
+
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None: ...
+
+    def forget(self, rows: Int64Array) -> None: ...
+
+    def candidates(
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+    ) -> Iterator[tuple[Int64Array, Int64Array]]: ...
+
+    def updated(self, state: KnnState, rows: Int64Array) -> None: ...
+
+    def maintain(self, state: KnnState, force: bool = False) -> None: ...
+
+    def size(self) -> dict[str, int]: ...
+
+
+class _PostingsIndex:
+    """Shared plumbing: per-row epochs and entry counts, merge policy, lookups."""
+
+    kind = "base"
+
+    def __init__(self, *, merge_fraction: float = 0.125, merge_min: int = 1 << 16) -> None:
+        self.postings = Postings()
+        self.epoch = np.zeros(16, dtype=np.int32)
+        self.entries = np.zeros(16, dtype=np.int64)  # live entries per row
+        self.merge_fraction = merge_fraction
+        self.merge_min = merge_min
+
+    def _ensure(self, n: int) -> None:
+        if n <= self.epoch.shape[0]:
+            return
+        cap = self.epoch.shape[0]
+        while cap < n:
+            cap *= 2
+        self.epoch = np.concatenate([self.epoch, np.zeros(cap - self.epoch.shape[0], np.int32)])
+        self.entries = np.concatenate([self.entries, np.zeros(cap - self.entries.shape[0], np.int64)])
+
+    def _insert(self, keys: Int64Array, rows: Int64Array) -> None:
+        self.postings.insert(keys, rows, self.epoch[rows])
+        np.add.at(self.entries, rows, 1)
+
+    def _invalidate(self, rows: Int64Array) -> None:
+        # Bumping the epoch turns every existing entry of these rows into a stale entry.
+        self.epoch[rows] += 1
+        self.postings.n_stale += int(self.entries[rows].sum())
+        self.entries[rows] = 0
+
+    def forget(self, rows: Int64Array) -> None:
+        """Rows freed by the state: their entries become stale (removed at the next merge)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self._ensure(int(rows.max()) + 1 if rows.shape[0] else 0)
+        self._invalidate(rows)
+
+    def maintain(self, state: KnnState, force: bool = False) -> None:
+        """Merge the delta / purge stale entries once they are a sizeable fraction."""
+        p = self.postings
+        limit = max(self.merge_min, int(self.merge_fraction * p.n_main))
+        if force or p.n_delta > limit or p.n_stale > max(self.merge_min, len(p) // 2):
+            self._ensure(state.n_rows)
+            p.rebuild(self.epoch)
+
+    def size(self) -> dict[str, int]:
+        p = self.postings
+        return {"entries": len(p), "delta": p.n_delta, "stale": p.n_stale}
+
+    def updated(self, state: KnnState, rows: Int64Array) -> None:  # noqa: ARG002 - no-op
+        return None
+
+
+class KopIndex(_PostingsIndex):
+    """KOP worker index: one inverted file ``keyword → rows`` (paper §3.1, kNN update)."""
+
+    kind = "kop"
+
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        self._ensure(state.n_rows)
+        kws = state.keywords_of(rows)
+        self._insert(kws.ids.astype(np.int64), rows[kws.owners()])
+
+    def candidates(
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        self._ensure(state.n_rows)
+        owner, kw = _object_keyword_pairs(objects)
+        yield from self.postings.pairs(kw, owner, self.epoch, budget)
+
+
+class SopIndex(_PostingsIndex):
+    """SOP worker index: per region subset its ``R`` and an inverted file (paper §3.2).
+
+    ``R`` of a subset is the MBR of its members' balls (DESIGN §1). It is *not* clipped to the
+    data space here: the index must also find objects outside the data space that fall in a
+    ball (clipping matters only for the cost model). A new subscription's ball is infinite, so
+    its subset's ``R`` becomes the whole plane until :meth:`maintain` recomputes it from the
+    current balls.
+
+    Parameters
+    ----------
+    refresh_every
+        Recompute the rectangles of subsets with changed members every this many
+        :meth:`maintain` calls (1 = after every batch).
+    """
+
+    kind = "sop"
+
+    def __init__(self, *, refresh_every: int = 1, **kw: float) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.group = np.full(16, -1, dtype=np.int64)  # local subset of each row
+        self.labels: list[int] = []  # plan's subset id of each local subset
+        self._label_of: dict[int, int] = {}
+        self.rect = np.zeros((0, 4), dtype=np.float64)  # xmin, ymin, xmax, ymax per subset
+        self._dirty = np.zeros(0, dtype=bool)
+        self.refresh_every = max(int(refresh_every), 1)
+        self._calls = 0
+
+    def _ensure(self, n: int) -> None:
+        super()._ensure(n)
+        if self.group.shape[0] < self.epoch.shape[0]:
+            self.group = np.concatenate(
+                [self.group, np.full(self.epoch.shape[0] - self.group.shape[0], -1, np.int64)]
+            )
+
+    def _local(self, label: int) -> int:
+        g = self._label_of.get(label)
+        if g is None:
+            g = len(self.labels)
+            self._label_of[label] = g
+            self.labels.append(label)
+            self.rect = np.vstack([self.rect, [np.inf, np.inf, -np.inf, -np.inf]])
+            self._dirty = np.append(self._dirty, False)
+        return g
+
+    def _choose(self, state: KnnState, rows: Int64Array) -> Int64Array:
+        """Subset for new subscriptions: the smallest ``R`` holding the location, else the
+        nearest ``R`` (any choice is exact; this one keeps rectangles tight)."""
+        if not self.labels:
+            self._local(-1)
+        x, y = state.x[rows][:, None], state.y[rows][:, None]
+        r = self.rect
+        inside = (r[:, 0] <= x) & (x <= r[:, 2]) & (r[:, 1] <= y) & (y <= r[:, 3])
+        with np.errstate(invalid="ignore"):
+            area = (r[:, 2] - r[:, 0]) * (r[:, 3] - r[:, 1])
+        area = np.where(np.isfinite(area), area, np.inf)
+        dx = np.maximum(np.maximum(r[:, 0] - x, 0.0), x - r[:, 2])
+        dy = np.maximum(np.maximum(r[:, 1] - y, 0.0), y - r[:, 3])
+        dist = np.where(np.isfinite(dx * dx + dy * dy), dx * dx + dy * dy, np.inf)
+        # Containing subsets first (smaller area preferred: score in [-1, 0]), then distance.
+        score = np.where(inside, np.where(np.isfinite(area), -1.0 / (1.0 + area), -0.0), dist + 1.0)
+        return np.argmin(score, axis=1).astype(np.int64)
+
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        """Index ``rows``; ``groups`` are the plan's subset ids (``None``: choose locally)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self._ensure(state.n_rows)
+        if rows.shape[0] == 0:
+            return
+        if groups is None:
+            local = self._choose(state, rows)
+        else:
+            local = np.fromiter((self._local(int(g)) for g in np.asarray(groups).tolist()), np.int64, rows.shape[0])
+        self.group[rows] = local
+        kws = state.keywords_of(rows)
+        owners = kws.owners()
+        self._insert((local[owners] << _KW_BITS) | kws.ids.astype(np.int64), rows[owners])
+        # Grow each R to cover the new balls at once (correctness); shrink later (lazily).
+        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        np.minimum.at(self.rect[:, 0], local, x0)
+        np.minimum.at(self.rect[:, 1], local, y0)
+        np.maximum.at(self.rect[:, 2], local, x1)
+        np.maximum.at(self.rect[:, 3], local, y1)
+
+    def forget(self, rows: Int64Array) -> None:
+        super().forget(rows)
+        rows = np.asarray(rows, dtype=np.int64)
+        g = self.group[rows]
+        self._dirty[g[g >= 0]] = True
+        self.group[rows] = -1
+
+    def updated(self, state: KnnState, rows: Int64Array) -> None:
+        g = self.group[np.asarray(rows, dtype=np.int64)]
+        self._dirty[g[g >= 0]] = True
+
+    def refresh_rects(self, state: KnnState) -> None:
+        """Recompute ``R`` of every dirty subset as the MBR of its members' current balls."""
+        if not self._dirty.any():
+            return
+        n = state.n_rows
+        rows = np.flatnonzero(state.in_use[:n] & (self.group[:n] >= 0))
+        rows = rows[self._dirty[self.group[rows]]]
+        dirty = np.flatnonzero(self._dirty)
+        self.rect[dirty] = [np.inf, np.inf, -np.inf, -np.inf]
+        g = self.group[rows]
+        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        np.minimum.at(self.rect[:, 0], g, x0)
+        np.minimum.at(self.rect[:, 1], g, y0)
+        np.maximum.at(self.rect[:, 2], g, x1)
+        np.maximum.at(self.rect[:, 3], g, y1)
+        self._dirty[:] = False
+
+    def maintain(self, state: KnnState, force: bool = False) -> None:
+        super().maintain(state, force)
+        self._calls += 1
+        if force or self._calls % self.refresh_every == 0:
+            self.refresh_rects(state)
+
+    def candidates(
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        self._ensure(state.n_rows)
+        n_groups = len(self.labels)
+        if n_groups == 0 or len(objects) == 0:
+            return
+        r = self.rect
+        step = max(1, (1 << 20) // n_groups)  # objects per containment-matrix slice
+        for a in range(0, len(objects), step):
+            ox = objects.x[a : a + step, None]
+            oy = objects.y[a : a + step, None]
+            inside = (r[:, 0] <= ox) & (ox <= r[:, 2]) & (r[:, 1] <= oy) & (oy <= r[:, 3])
+            oi, gi = np.nonzero(inside)
+            if oi.shape[0] == 0:
+                continue
+            oi = oi.astype(np.int64) + a
+            # (object, subset) pairs x object keywords -> (subset, keyword) keys.
+            lengths = objects.keywords.lengths()[oi]
+            owner = np.repeat(np.arange(oi.shape[0], dtype=np.int64), lengths)
+            offs = np.arange(owner.shape[0], dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            kw = objects.keywords.ids[objects.keywords.ptr[oi][owner] + offs].astype(np.int64)
+            keys = (gi.astype(np.int64)[owner] << _KW_BITS) | kw
+            yield from self.postings.pairs(keys, oi[owner], self.epoch, budget)
+
+
+class GridIndex(_PostingsIndex):
+    """DkM-SKS worker index: a ``G × G`` grid, per cell an inverted file (paper §4.3).
+
+    A subscription is posted in every cell its (safe) ball overlaps, under each of its
+    keywords. A ball covering more than ``max_cells`` cells — including the infinite ball of a
+    subscription with fewer than ``k`` results — is posted once per keyword in a virtual
+    *wide* cell that every object also probes: a keyword-only posting is an over-approximation
+    of any ball (DESIGN §3 fact 1) and keeps the index size bounded.
+
+    After a batch, a subscription is re-indexed only when its radius fell below ``shrink``
+    times the radius it was indexed with (its old entries become stale).
+
+    Parameters
+    ----------
+    space
+        The data space (DESIGN §1); points outside it map to the nearest boundary cell.
+    grid
+        ``G``, the number of cells per axis.
+    max_cells
+        Balls overlapping more cells than this are posted in the wide cell.
+    shrink
+        Re-index threshold on the radius ratio (``0 < shrink < 1``).
+    """
+
+    kind = "dkm"
+
+    def __init__(
+        self,
+        space: Rect,
+        grid: int = 256,
+        *,
+        max_cells: int = 256,
+        shrink: float = 0.5,
+        **kw: float,
+    ) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        if grid < 1:
+            raise ValueError(f"grid must be >= 1, got {grid}")
+        self.space = space
+        self.G = int(grid)
+        self.max_cells = max(int(max_cells), 1)
+        self.shrink = float(shrink)
+        w = space.xmax - space.xmin
+        h = space.ymax - space.ymin
+        self.cw = (w if w > 0 else 1.0) / self.G
+        self.ch = (h if h > 0 else 1.0) / self.G
+        self.wide_cell = self.G * self.G
+        self.r_indexed = np.zeros(16, dtype=np.float64)
+        # Slack added to cell rectangles in the circle test (covers rounding in cell lookup).
+        self._mx = 1e-6 * self.cw + 1e-12 * (abs(space.xmin) + abs(space.xmax))
+        self._my = 1e-6 * self.ch + 1e-12 * (abs(space.ymin) + abs(space.ymax))
+
+    def _ensure(self, n: int) -> None:
+        super()._ensure(n)
+        if self.r_indexed.shape[0] < self.epoch.shape[0]:
+            self.r_indexed = np.concatenate(
+                [self.r_indexed, np.zeros(self.epoch.shape[0] - self.r_indexed.shape[0])]
+            )
+
+    def cell_x(self, x: Float64Array) -> Int64Array:
+        """Column of each x (clamped; monotone in x, so ranges and lookups agree)."""
+        c = np.floor((x - self.space.xmin) / self.cw)
+        return np.clip(c, 0, self.G - 1).astype(np.int64)
+
+    def cell_y(self, y: Float64Array) -> Int64Array:
+        c = np.floor((y - self.space.ymin) / self.ch)
+        return np.clip(c, 0, self.G - 1).astype(np.int64)
+
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        self._ensure(state.n_rows)
+        if rows.shape[0] == 0:
+            return
+        x0, y0, x1, y1, r = ball_boxes(state, rows)
+        self.r_indexed[rows] = r
+        finite = np.isfinite(r)
+        cx0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), 0)
+        cx1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), self.G - 1)
+        cy0 = np.where(finite, self.cell_y(np.where(finite, y0, 0.0)), 0)
+        cy1 = np.where(finite, self.cell_y(np.where(finite, y1, 0.0)), self.G - 1)
+        nx, ny = cx1 - cx0 + 1, cy1 - cy0 + 1
+        wide = ~finite | (nx * ny > self.max_cells)
+
+        kws = state.keywords_of(rows)
+        # Wide rows: one entry per keyword in the virtual wide cell.
+        wrow = np.flatnonzero(wide)
+        if wrow.shape[0]:
+            kw_owner, kw_pos = _expand_ranges(kws.ptr[wrow], kws.ptr[wrow + 1])
+            keys = (np.int64(self.wide_cell) << _KW_BITS) | kws.ids[kw_pos].astype(np.int64)
+            self._insert(keys, rows[wrow][kw_owner])
+        # Narrow rows: enumerate the cell range, keep cells the ball really reaches.
+        nrow = np.flatnonzero(~wide)
+        if nrow.shape[0] == 0:
+            return
+        ncell = (nx * ny)[nrow]
+        own = np.repeat(nrow, ncell)
+        off = np.arange(own.shape[0], dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
+        cx = cx0[own] + off % nx[own]
+        cy = cy0[own] + off // nx[own]
+        # Distance from the centre to the (slightly enlarged) cell; boundary cells are open
+        # towards the outside because clamped points land in them.
+        lo_x = np.where(cx == 0, -np.inf, self.space.xmin + cx * self.cw - self._mx)
+        hi_x = np.where(cx == self.G - 1, np.inf, self.space.xmin + (cx + 1) * self.cw + self._mx)
+        lo_y = np.where(cy == 0, -np.inf, self.space.ymin + cy * self.ch - self._my)
+        hi_y = np.where(cy == self.G - 1, np.inf, self.space.ymin + (cy + 1) * self.ch + self._my)
+        sx, sy = state.x[rows][own], state.y[rows][own]
+        ddx = np.maximum(np.maximum(lo_x - sx, 0.0), sx - hi_x)
+        ddy = np.maximum(np.maximum(lo_y - sy, 0.0), sy - hi_y)
+        rr = r[own]
+        keep = ddx * ddx + ddy * ddy <= rr * rr
+        own, cell = own[keep], (cy * self.G + cx)[keep]
+        # (row, cell) x row keywords.
+        kw_owner, kw_pos = _expand_ranges(kws.ptr[own], kws.ptr[own + 1])
+        keys = (cell[kw_owner] << _KW_BITS) | kws.ids[kw_pos].astype(np.int64)
+        self._insert(keys, rows[own[kw_owner]])
+
+    def updated(self, state: KnnState, rows: Int64Array) -> None:
+        """Re-index rows whose ball shrank below ``shrink`` × the indexed radius."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[state.in_use[rows]]
+        if rows.shape[0] == 0:
+            return
+        r_now = safe_radius(state.radius2(rows), state.x[rows], state.y[rows])
+        old = self.r_indexed[rows]
+        redo = rows[np.isfinite(r_now) & (r_now < self.shrink * old)]
+        if redo.shape[0]:
+            self._invalidate(redo)
+            self.add(state, redo)
+
+    def candidates(
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        self._ensure(state.n_rows)
+        owner, kw = _object_keyword_pairs(objects)
+        cell = self.cell_y(objects.y) * self.G + self.cell_x(objects.x)
+        keys = np.concatenate([(cell[owner] << _KW_BITS) | kw, (np.int64(self.wide_cell) << _KW_BITS) | kw])
+        yield from self.postings.pairs(keys, np.concatenate([owner, owner]), self.epoch, budget)
+
+
+def make_index(method: str, space: Rect, *, grid: int = 256, **kw: float) -> WorkerIndex:
+    """The worker index of a partitioning method: ``kop``, ``sop`` or ``dkm`` (DESIGN §2)."""
+    m = method.lower()
+    if m == "kop":
+        return KopIndex(**kw)  # type: ignore[arg-type]
+    if m == "sop":
+        return SopIndex(**kw)  # type: ignore[arg-type]
+    if m == "dkm":
+        return GridIndex(space, grid, **kw)  # type: ignore[arg-type]
+    raise ValueError(f"unknown method {method!r}; valid methods: kop, sop, dkm")
