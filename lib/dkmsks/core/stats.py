@@ -1,6 +1,25 @@
 """Statistics of ``O_init`` used by the cost models (paper Eq. 1, 2 and 4).
 
-STUB: the interface below is the contract; the implementation is being written.
+The partitioners ask millions of counting questions about the static set ``O_init``:
+``|O_λ|`` (Eq. 1), ``|O_R|`` for a rectangle ``R`` (Eq. 2) and ``|O_{R,λ}|`` (Eq. 4). All
+three are answered *exactly* (DESIGN §1: results never rest on approximations, and exact
+counts keep every run reproducible) and in vectorised batches.
+
+How the rectangle counts work
+-----------------------------
+A closed rectangle ``[xmin, xmax] × [ymin, ymax]`` becomes two integer ranges by binary search:
+the points are sorted by ``x`` (so ``x ∈ [xmin, xmax]`` is a contiguous *position* range) and
+every point gets a distinct ``y``-rank (so ``y ∈ [ymin, ymax]`` is a contiguous *rank* range;
+equal coordinates fall on the right side because both ends use the matching ``searchsorted``
+side). What remains is "how many values in positions ``[l, r)`` lie in ``[a, b)``", a classic
+range-counting query that a *wavelet matrix* answers with one rank lookup per bit of the rank
+(about 20 for a million points), independently of the rectangle's size or the data's skew —
+the real data has very dense cities, where grid-based schemes degrade. Each level is a plain
+bit vector with popcount-based ranks, so memory is about ``0.2`` bytes per point and level.
+
+For Eq. 4 the same structure is built over the keyword postings ordered by
+``(keyword, x)``: each keyword's postings form one contiguous block, so a (keyword, rect) query
+is the same question restricted to the keyword's block.
 """
 
 from __future__ import annotations
@@ -8,7 +27,112 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.model import Float64Array, Int64Array, Objects
+from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Objects
+
+_MASKS = np.array([(1 << i) - 1 for i in range(64)], dtype=np.uint64)
+
+
+class _BitRank:
+    """A static bit vector with O(1) ``rank1`` (number of ones before a position).
+
+    Bits are packed 64 to a word, with the number of ones before each word alongside, so a
+    rank is two gathers and a popcount. Positions are int32 (callers keep ``n < 2**31``):
+    half the memory traffic of int64 on the batch-wide arrays.
+    """
+
+    __slots__ = ("_before", "_words", "n_zeros")
+
+    def __init__(self, bits: npt.NDArray[np.bool_]) -> None:
+        n = bits.shape[0]
+        # One spare word so that rank1(n) is valid even when n is a multiple of 64.
+        n_words = n // 64 + 1
+        packed = np.zeros(n_words * 8, dtype=np.uint8)
+        packed[: (n + 7) // 8] = np.packbits(bits, bitorder="little")
+        words = packed.view("<u8").astype(np.uint64, copy=False)
+        ones = np.bitwise_count(words).astype(np.int32)
+        before = np.zeros(n_words, dtype=np.int32)
+        np.cumsum(ones[:-1], out=before[1:])
+        self._words = words
+        self._before = before
+        self.n_zeros = int(n - int(ones.sum(dtype=np.int64)))
+
+    def rank1(self, pos: Int32Array) -> Int32Array:
+        """Ones among bits ``[0, pos)`` for every entry of ``pos`` (``0 <= pos <= n``)."""
+        # Plain fancy indexing: measured faster than ``take`` (with or without ``out=``).
+        word = pos >> 6
+        out = self._before[word]
+        out += np.bitwise_count(self._words[word] & _MASKS[pos & 63])
+        return out
+
+
+class _WaveletMatrix:
+    """Static sequence of small non-negative ints answering "values < v in positions [l, r)".
+
+    Level ``j`` stores bit ``L-1-j`` of every value after the values were stably partitioned
+    by the higher bits (zeros first), the usual wavelet-matrix layout.
+    """
+
+    __slots__ = ("levels", "n_bits")
+
+    def __init__(self, values: Int64Array, n_bits: int) -> None:
+        if values.shape[0] >= 2**31 - 1:
+            raise ValueError("more than 2**31 - 2 values are not supported")
+        self.n_bits = n_bits
+        self.levels: list[_BitRank] = []
+        cur = np.asarray(values, dtype=np.int64)
+        for shift in range(n_bits - 1, -1, -1):
+            bits = ((cur >> shift) & 1).astype(np.bool_)
+            self.levels.append(_BitRank(bits))
+            # Stable partition: zeros keep their order, then ones keep theirs.
+            cur = np.concatenate([cur[~bits], cur[bits]])
+
+    def count_less(self, v: Int64Array, lo: Int64Array, hi: Int64Array) -> Int64Array:
+        """Number of values ``< v[i]`` among positions ``[lo[i], hi[i])`` (``lo <= hi``).
+
+        ``v`` must lie in ``[0, 2**n_bits]``; ``2**n_bits`` means "every value".
+        """
+        v = np.asarray(v, dtype=np.int64)
+        full = v >= (1 << self.n_bits)
+        out = np.where(full, np.asarray(hi, dtype=np.int64) - lo, 0)
+        if full.all():
+            return out
+        keep = np.flatnonzero(~full)
+        vk = v[keep].astype(np.int32)
+        lo_ = np.asarray(lo)[keep].astype(np.int32)
+        hi_ = np.asarray(hi)[keep].astype(np.int32)
+        acc = np.zeros(vk.shape[0], dtype=np.int32)
+        for j, level in enumerate(self.levels):
+            # Arithmetic blends instead of np.where / masked ufuncs: several times faster.
+            bit = (vk >> (self.n_bits - 1 - j)) & 1
+            lo1 = level.rank1(lo_)
+            hi1 = level.rank1(hi_)
+            lo0 = lo_ - lo1
+            hi0 = hi_ - hi1
+            # Where v has a 1 here, every value with a 0 in this bit (same prefix) is smaller:
+            # count them and follow the ones (which start after all n_zeros zeros); otherwise
+            # follow the zeros.
+            acc += bit * (hi0 - lo0)
+            lo_ = lo0 + bit * (lo1 + level.n_zeros - lo0)
+            hi_ = hi0 + bit * (hi1 + level.n_zeros - hi0)
+        out[keep] = acc
+        return out
+
+    def count_between(
+        self, lo: Int64Array, hi: Int64Array, a: Int64Array, b: Int64Array
+    ) -> Int64Array:
+        """Number of values in ``[a, b)`` among positions ``[lo, hi)``; empty ranges give 0."""
+        hi = np.maximum(hi, lo)
+        b = np.maximum(b, a)
+        m = lo.shape[0]
+        # One pass over the levels for both ends: stack the two "less than" questions.
+        both = self.count_less(
+            np.concatenate([b, a]), np.concatenate([lo, lo]), np.concatenate([hi, hi])
+        )
+        return both[:m] - both[m:]
+
+
+def _as_f64(a: npt.ArrayLike) -> Float64Array:
+    return np.atleast_1d(np.asarray(a, dtype=np.float64))
 
 
 class ObjectStatistics:
@@ -21,21 +145,105 @@ class ObjectStatistics:
       pair (Eq. 4).
     Probabilities are the counts divided by ``n_objects``. Keywords never seen in ``O_init``
     (ids >= the vocabulary size at build time) count zero.
+
+    Rectangles are closed: a point on an edge or a corner counts. A rectangle with
+    ``xmin > xmax`` or ``ymin > ymax`` is empty; a degenerate one (a segment or a point) counts
+    the objects on it. Queries are answered in ``O(log n)`` array operations per batch, each
+    over the whole batch (see the module docstring).
     """
 
     n_objects: int
+    n_keywords: int
+
+    def __init__(
+        self,
+        xs: Float64Array,
+        ys: Float64Array,
+        counts: Int64Array,
+        space: _WaveletMatrix,
+        kw_start: Int64Array,
+        kw_key: Int64Array,
+        kw_matrix: _WaveletMatrix,
+    ) -> None:
+        self.n_objects = int(xs.shape[0])
+        self.n_keywords = int(counts.shape[0])
+        self._xs = xs  # x of every object, ascending (position order of both matrices)
+        self._ys = ys  # y of every object, ascending (defines the y-ranks)
+        self._counts = counts
+        self._space = space
+        self._kw_start = kw_start  # CSR start of each keyword's block of postings
+        self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
+        self._kw_matrix = kw_matrix
 
     @classmethod
     def build(cls, objects: Objects, n_keywords: int) -> ObjectStatistics:
-        raise NotImplementedError
+        """Index ``O_init`` for Eq. 1, 2 and 4.
+
+        Parameters
+        ----------
+        objects
+            ``O_init`` (timestamps are ignored).
+        n_keywords
+            Vocabulary size at build time; keyword ids ``>= n_keywords`` count zero. Postings
+            with such ids (should not happen) are ignored.
+        """
+        n = len(objects)
+        n_bits = max(1, int(n).bit_length())  # y-ranks are < n < 2**n_bits
+        x_order = np.argsort(objects.x, kind="stable")
+        y_order = np.argsort(objects.y, kind="stable")
+        xs = objects.x[x_order]
+        ys = objects.y[y_order]
+        # Distinct ranks: ties in y get consecutive ranks, and a query's searchsorted bounds
+        # include or exclude a whole run of equal y values, so ties never split wrongly.
+        y_rank = np.empty(n, dtype=np.int64)
+        y_rank[y_order] = np.arange(n, dtype=np.int64)
+        x_pos = np.empty(n, dtype=np.int64)
+        x_pos[x_order] = np.arange(n, dtype=np.int64)
+        space = _WaveletMatrix(y_rank[x_order], n_bits)
+
+        owners = objects.keywords.owners()
+        kws = objects.keywords.ids.astype(np.int64)
+        ok = (kws >= 0) & (kws < n_keywords)
+        owners, kws = owners[ok], kws[ok]
+        counts = np.bincount(kws, minlength=n_keywords).astype(np.int64)[:n_keywords]
+        kw_start = np.zeros(n_keywords + 1, dtype=np.int64)
+        np.cumsum(counts, out=kw_start[1:])
+        key = kws * (n + 1) + x_pos[owners]
+        order = np.argsort(key, kind="stable")
+        kw_key = key[order]
+        kw_matrix = _WaveletMatrix(y_rank[owners[order]], n_bits)
+        return cls(xs, ys, counts, space, kw_start, kw_key, kw_matrix)
 
     def keyword_counts(self, kw: npt.ArrayLike) -> Int64Array:
-        raise NotImplementedError
+        """``|O_λ|`` for every keyword id in ``kw`` (Eq. 1); unseen ids give 0."""
+        kw = np.atleast_1d(np.asarray(kw, dtype=np.int64))
+        valid = (kw >= 0) & (kw < self.n_keywords)
+        return np.where(valid, self._counts[np.where(valid, kw, 0)], 0).astype(np.int64)
+
+    def _rank_bounds(
+        self, xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array
+    ) -> tuple[Int64Array, Int64Array, Int64Array, Int64Array]:
+        # "left" for the lower bound and "right" for the upper bound make both ends closed.
+        x_lo = np.searchsorted(self._xs, xmin, side="left").astype(np.int64)
+        x_hi = np.searchsorted(self._xs, xmax, side="right").astype(np.int64)
+        y_lo = np.searchsorted(self._ys, ymin, side="left").astype(np.int64)
+        y_hi = np.searchsorted(self._ys, ymax, side="right").astype(np.int64)
+        return x_lo, x_hi, y_lo, y_hi
 
     def count_in_rects(
         self, xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array
     ) -> Int64Array:
-        raise NotImplementedError
+        """``|O_R|`` for every closed rectangle ``R = [xmin, xmax] × [ymin, ymax]`` (Eq. 2).
+
+        All four arguments are broadcast to a common 1-D shape.
+        """
+        xmin, ymin, xmax, ymax = np.broadcast_arrays(
+            _as_f64(xmin), _as_f64(ymin), _as_f64(xmax), _as_f64(ymax)
+        )
+        if xmin.shape[0] == 0 or self.n_objects == 0:
+            return np.zeros(xmin.shape[0], dtype=np.int64)
+        x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
+        return self._space.count_between(x_lo, x_hi, y_lo, y_hi)
 
     def count_keyword_in_rects(
         self,
@@ -45,7 +253,34 @@ class ObjectStatistics:
         xmax: Float64Array,
         ymax: Float64Array,
     ) -> Int64Array:
-        raise NotImplementedError
+        """``|O_{R,λ}|`` for every (keyword, closed rectangle) query pair (Eq. 4).
+
+        ``kw[i]`` is paired with rectangle ``i``; all five arguments are broadcast to a common
+        1-D shape, so one keyword against many rectangles (or the reverse) works too. Keyword
+        ids outside ``[0, n_keywords)`` give 0.
+        """
+        kw_a = np.atleast_1d(np.asarray(kw, dtype=np.int64))
+        kw_a, xmin, ymin, xmax, ymax = np.broadcast_arrays(
+            kw_a, _as_f64(xmin), _as_f64(ymin), _as_f64(xmax), _as_f64(ymax)
+        )
+        m = kw_a.shape[0]
+        out = np.zeros(m, dtype=np.int64)
+        valid = (kw_a >= 0) & (kw_a < self.n_keywords)
+        if m == 0 or self.n_objects == 0 or not valid.any():
+            return out
+        if not valid.all():
+            sel = np.flatnonzero(valid)
+            out[sel] = self.count_keyword_in_rects(
+                kw_a[sel], xmin[sel], ymin[sel], xmax[sel], ymax[sel]
+            )
+            return out
+        x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
+        # The keyword's block is sorted by x-position; keys make the block boundaries part of
+        # one global binary search (a position of n maps to the start of the next block).
+        base = kw_a * (self.n_objects + 1)
+        p_lo = np.searchsorted(self._kw_key, base + x_lo, side="left").astype(np.int64)
+        p_hi = np.searchsorted(self._kw_key, base + x_hi, side="left").astype(np.int64)
+        return self._kw_matrix.count_between(p_lo, p_hi, y_lo, y_hi)
 
 
 def keyword_probability(stats: ObjectStatistics, kw: npt.ArrayLike) -> Float64Array:
