@@ -1,0 +1,116 @@
+"""The one SparkSession factory: Delta Lake, loopback binding, a persistent metastore.
+
+Tests, Spark apps and the CLI all build their session here so that every path runs with the
+same configuration. Tables live under ``<warehouse>/tables`` and the Hive metastore (embedded
+Derby) under ``<warehouse>/metastore_db``, so Spark SQL — ``dkm sql`` or the ``spark-sql``
+shell started with :func:`spark_sql_shell_args` — sees the tables and views across runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Delta's Maven coordinate for pyspark 4.2 (Scala 2.13); used when no local jars are found.
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+DEFAULT_MASTER = "local[2]"
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
+    """Delta jars fetched by ``scripts/bootstrap.sh`` (``$DKMSKS_JARS_DIR`` or ``.cache/jars``)."""
+    folder = Path(jars_dir or os.environ.get("DKMSKS_JARS_DIR", _REPO / ".cache" / "jars"))
+    return sorted(folder.glob("*.jar")) if folder.is_dir() else []
+
+
+def session_conf(
+    warehouse: str | Path,
+    *,
+    master: str | None = None,
+    jars_dir: str | Path | None = None,
+    shuffle_partitions: int = 8,
+    ui: bool = False,
+) -> dict[str, str]:
+    """Every Spark setting of the project, as a plain dict (also used for spark-submit)."""
+    warehouse = Path(warehouse).resolve()
+    jars = delta_jars(jars_dir)
+    conf = {
+        "spark.master": master or os.environ.get("DKMSKS_SPARK_MASTER", DEFAULT_MASTER),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(warehouse / "tables"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={warehouse / 'metastore_db'};create=true"
+        ),
+        # derby.log goes next to the metastore instead of the current directory.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse}",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        # Delta reconstructs table state with 50 partitions by default: pure overhead for
+        # tables of a few files on a few cores.
+        "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions // 2)),
+    }
+    if ui:
+        conf["spark.ui.host"] = "127.0.0.1"
+    if jars:
+        conf["spark.jars"] = ",".join(str(j) for j in jars)
+    else:
+        conf["spark.jars.packages"] = DELTA_PACKAGE
+    return conf
+
+
+def build_session(
+    warehouse: str | Path,
+    *,
+    app_name: str = "dkmsks",
+    master: str | None = None,
+    jars_dir: str | Path | None = None,
+    shuffle_partitions: int = 8,
+    ui: bool = False,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession with Delta and the project's metastore under ``warehouse``.
+
+    ``master`` defaults to ``$DKMSKS_SPARK_MASTER`` or ``local[2]``; a ``spark://host:port``
+    master works the same. Python workers use this interpreter (``PYSPARK_PYTHON``), so the
+    venv's numpy/pyarrow are found, and the driver binds to 127.0.0.1 only.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    Path(warehouse).mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.appName(app_name)
+    conf = session_conf(
+        warehouse, master=master, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions, ui=ui
+    )
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.enableHiveSupport().getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def spark_submit_conf_args(warehouse: str | Path, **kwargs: object) -> list[str]:
+    """``--conf k=v`` arguments reproducing :func:`session_conf` for spark-submit/spark-sql."""
+    conf = session_conf(warehouse, **kwargs)  # type: ignore[arg-type]
+    args: list[str] = []
+    for key, value in conf.items():
+        if key == "spark.master":
+            args += ["--master", value]
+        else:
+            args += ["--conf", f"{key}={value}"]
+    return args

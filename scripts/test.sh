@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: every layer (unit, spark, dags, e2e). Services a test needs
+# are started by its fixture on 127.0.0.1 and stopped by PID.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export SPARK_LOCAL_IP=127.0.0.1
+exec .venv/bin/python -m pytest tests -q "$@"
