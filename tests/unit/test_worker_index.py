@@ -1,0 +1,192 @@
+"""Worker indexes (core/worker_index.py): every kind × grid size equals the oracle, and no
+index ever loses an in-ball pair (DESIGN §3 fact 1). Expected values come from the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_update import (
+    METHODS,
+    adversarial_case,
+    apply_events,
+    drive,
+    events_from_rows,
+    initial_worker,
+)
+
+from dkmsks.core.model import Objects, Op, Rect, Results, SubscriptionEvents
+from dkmsks.core.oracle import live_subscriptions, oracle_results
+from dkmsks.core.worker_index import GridIndex, Postings, make_index
+from dkmsks.core.workload import WorkloadSpec, generate_workload
+
+pytestmark = pytest.mark.unit
+
+#: Index options that force every lazy path: tiny merge thresholds, many wide balls,
+#: re-indexing on every shrink.
+STRESS = {"merge_min": 1, "merge_fraction": 0.01}
+GRID_STRESS = {**STRESS, "max_cells": 2, "shrink": 0.999}
+
+
+def in_ball_pairs(
+    objects: Objects, events: SubscriptionEvents, t: int, before: Results
+) -> set[tuple[int, int]]:
+    """(object id, sub id) pairs of timestamp ``t`` whose object is in the ball at the start
+    of ``t`` (the pairs an index must produce), from the oracle's results at ``t - 1``."""
+    subs = live_subscriptions(events, t)
+    out = set()
+    for i, sid in enumerate(subs.ids.tolist()):
+        res = before.get(sid) if subs.t[i] < t else None
+        k = int(subs.k[i])
+        full = res is not None and len(res.object_ids) >= k
+        for r in np.flatnonzero(objects.t == t).tolist():
+            if not set(subs.keywords.row(i).tolist()) & set(objects.keywords.row(r).tolist()):
+                continue
+            dx = objects.x[r] - subs.x[i]
+            dy = objects.y[r] - subs.y[i]
+            d2 = dx * dx + dy * dy
+            if not full or (d2, objects.ids[r]) < (res.d2[k - 1], res.object_ids[k - 1]):
+                out.add((int(objects.ids[r]), sid))
+    return out
+
+
+def test_postings_lookup_matches_reference_with_stale_entries() -> None:
+    rng = np.random.default_rng(1)
+    p = Postings()
+    epoch = np.zeros(50, dtype=np.int32)
+    ref: dict[int, list[int]] = {}
+    for step in range(6):
+        keys = rng.integers(0, 30, 200).astype(np.int64)
+        rows = rng.integers(0, 50, 200).astype(np.int64)
+        p.insert(keys, rows, epoch[rows])
+        for k, r in zip(keys.tolist(), rows.tolist()):
+            ref.setdefault(k, []).append(r)
+        dead = rng.choice(50, 3, replace=False)
+        epoch[dead] += 1  # every entry of these rows is now stale
+        for k in ref:
+            ref[k] = [r for r in ref[k] if r not in set(dead.tolist())]
+        if step % 2:
+            p.rebuild(epoch)
+        q = rng.integers(-2, 33, 40).astype(np.int64)
+        got: dict[int, list[int]] = {}
+        for owner, rows_out in p.pairs(q, np.arange(40, dtype=np.int64), epoch, budget=17):
+            for o, r in zip(owner.tolist(), rows_out.tolist()):
+                got.setdefault(o, []).append(r)
+        for i, key in enumerate(q.tolist()):
+            assert sorted(got.get(i, [])) == sorted(ref.get(key, []))
+
+
+#: (method, grid): the grid size only matters for the DkM-SKS index.
+KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64)]
+
+
+@pytest.mark.parametrize(("method", "grid"), KINDS)
+@pytest.mark.parametrize("stress", [False, True])
+def test_every_index_and_grid_equals_oracle(method: str, grid: int, stress: bool) -> None:
+    options = (GRID_STRESS if method == "dkm" else STRESS) if stress else {}
+    for seed in (100 + grid, 200 + grid):
+        objects, events = adversarial_case(seed, timestamps=6)
+        drive(initial_worker(method, objects, events, grid=grid, **options), objects, events)
+        drive(
+            initial_worker(method, objects, events, grid=grid, **options),
+            objects,
+            events,
+            batch=3,
+        )
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", ["colocated", "same_keywords", "tiny_budget"])
+def test_degenerate_inputs(method: str, case: str) -> None:
+    objects, events = adversarial_case(
+        7, colocated=case == "colocated", same_keywords=case != "tiny_budget"
+    )
+    budget = 5 if case == "tiny_budget" else 1 << 22
+    drive(initial_worker(method, objects, events, grid=3, budget=budget), objects, events)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("stress", [False, True])
+def test_index_never_loses_an_in_ball_pair(method: str, stress: bool) -> None:
+    """Candidates ⊇ pairs whose object is inside the (pre-timestamp) ball, every timestamp."""
+    options = (GRID_STRESS if method == "dkm" else STRESS) if stress else {}
+    objects, events = adversarial_case(42, timestamps=6)
+    worker = initial_worker(method, objects, events, grid=5, **options)
+    before = oracle_results(objects, events, 0)
+    for t in range(1, 7):
+        apply_events(worker, events, t, in_batch=False)
+        batch = objects.take(np.flatnonzero(objects.t == t))
+        cand = set()
+        for obj, rows in worker.index.candidates(worker.state, batch):
+            cand.update(zip(batch.ids[obj].tolist(), worker.state.sub_id[rows].tolist()))
+        need = in_ball_pairs(objects, events, t, before)
+        assert need <= cand, sorted(need - cand)[:5]
+        worker.process(batch)
+        before = oracle_results(objects, events, t)
+
+
+def test_grid_finds_objects_outside_the_data_space() -> None:
+    """Clamped lookups (DESIGN §1): a point beyond the space still reaches a border ball."""
+    objects = Objects.build(
+        ids=[1, 2, 3, 4],
+        x=[0.0, 1.0, 1.5, -3.0],
+        y=[0.0, 1.0, 1.5, 0.2],
+        keywords=[[0], [1], [0], [1]],
+        t=[0, 0, 1, 1],
+    )
+    events = events_from_rows(
+        [(Op.INSERT, 7, 0.9, 0.9, [0], 1, 0), (Op.INSERT, 8, 0.0, 0.1, [1], 1, 0)]
+    )
+    for grid in (1, 4, 10):
+        worker = initial_worker("dkm", objects, events, grid=grid)
+        drive(worker, objects, events)
+        res = worker.results()
+        assert res[7].object_ids.tolist() == [3]  # outside the space, d² 0.72 < 1.62
+        assert res[8].object_ids.tolist() == [2]  # (-3, .2) is farther than (1, 1)
+
+
+def test_grid_cells_cover_ball_and_wide_fallback() -> None:
+    """A narrow ball is posted in the cells it overlaps only; a huge one goes wide."""
+    space = Rect(0.0, 0.0, 10.0, 10.0)
+    index = make_index("dkm", space, grid=10, max_cells=9)
+    assert isinstance(index, GridIndex)
+    from dkmsks.core.knn_state import KnnState
+    from dkmsks.core.model import Subscriptions
+
+    state = KnnState(width=1)
+    subs = Subscriptions.build([1, 2, 3], [5.5, 5.5, 5.0], [5.5, 5.5, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0])
+    ids = np.array([[10], [11], [-1]])
+    d2 = np.array([[0.04], [100.0], [np.inf]])  # r = 0.2, r = 10, infinite
+    rows = state.add(subs, (ids, d2))
+    index.add(state, rows)
+    index.maintain(state, force=True)
+    cells = (index.postings.keys >> 32).tolist()
+    counts = np.diff(index.postings.ptr).tolist()
+    posted = dict(zip(cells, counts))
+    assert posted[5 * 10 + 5] == 1  # the small ball's own cell (plus nothing else for it)
+    assert posted[index.wide_cell] == 2  # the r=10 ball and the infinite ball
+    assert sum(counts) == 3
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("method", METHODS)
+def test_real_data_slice_with_insertions_and_deletions(method: str, real_cache: dict) -> None:
+    objects, events = real_cache["workload"]
+    grids = [1, 16, 128] if method == "dkm" else [1]
+    for grid in grids:
+        worker = initial_worker(method, objects, events, grid=grid)
+        drive(worker, objects, events, cache=real_cache["oracle"])
+    # Two timestamps per batch, too (DESIGN §3 fact 2).
+    worker = initial_worker(method, objects, events, grid=32)
+    drive(worker, objects, events, batch=2, cache=real_cache["oracle"])
+
+
+@pytest.fixture(scope="module")
+def real_cache() -> dict:
+    from conftest import real_objects
+
+    source, _vocab = real_objects(12_000)
+    spec = WorkloadSpec(
+        o_init=8_000, subscriptions=1_500, timestamps=4, objects_per_ts=1_000,
+        inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=3,
+    )
+    return {"workload": generate_workload(source, spec), "oracle": {}}
