@@ -1,0 +1,89 @@
+"""Partitioners (KOP, SOP, DkM-SKS) and the main server of the paper (§3–§4).
+
+Pure numpy: no Spark, no file I/O, no clock, no randomness. Entry points:
+
+- :func:`partition` — the initial partition of ``S`` into a :class:`PartitionPlan`;
+- :class:`MainServer` — assigns new subscriptions and handles deletions with ``C(w)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dkmsks.core.model import Rect, Subscriptions
+from dkmsks.core.partition._common import StatsLike, check_int_param, knn_radius2
+from dkmsks.core.partition.dkm import dkm_partition
+from dkmsks.core.partition.greedy import algorithm1, algorithm3
+from dkmsks.core.partition.kop import kop_partition
+from dkmsks.core.partition.plan import Method, PartitionPlan, SplitKind, SubsetTable
+from dkmsks.core.partition.server import MainServer
+from dkmsks.core.partition.sop import sop_partition
+
+__all__ = [
+    "Method",
+    "PartitionPlan",
+    "SplitKind",
+    "SubsetTable",
+    "MainServer",
+    "partition",
+    "kop_partition",
+    "sop_partition",
+    "dkm_partition",
+    "algorithm1",
+    "algorithm3",
+]
+
+
+def partition(
+    method: Method | str,
+    stats: StatsLike,
+    knn: Any,
+    subs: Subscriptions,
+    space: Rect,
+    *,
+    m: int,
+    theta: int = 20,
+    gamma1: int = 100_000,
+    gamma2: int = 20,
+) -> PartitionPlan:
+    """Partition the initial subscriptions with KOP, SOP or DkM-SKS (DESIGN §2).
+
+    Deterministic: the same inputs give an identical plan.
+
+    Parameters
+    ----------
+    method
+        ``"kop"``, ``"sop"`` or ``"dkm"`` (or a :class:`Method`).
+    stats
+        :class:`~dkmsks.core.stats.ObjectStatistics` of ``O_init``.
+    knn
+        The balls of ``subs`` in ``O_init``: a :class:`~dkmsks.core.knn_init.StaticKnnIndex`
+        (queried here), or the kNN matrices ``(ids, d2)`` of ``subs`` in row order, or ``d2``.
+        Ignored (may be ``None``) for KOP.
+    subs
+        The initial subscriptions.
+    space
+        The data space (:func:`dkmsks.core.model.data_space`).
+    m
+        Number of workers (``>= 1``).
+    theta
+        SOP: split until ``θ·m`` regions (``>= 1``).
+    gamma1, gamma2
+        DkM-SKS: Algorithm 2 targets ``γ1·m`` subsets; subsets of at most ``γ2``
+        subscriptions also try Hybrid-Partition.
+    """
+    method = Method.from_str(method)
+    m = check_int_param("m", m)
+    theta = check_int_param("theta", theta)
+    gamma1 = check_int_param("gamma1", gamma1)
+    gamma2 = check_int_param("gamma2", gamma2, minimum=0)
+    if space.xmin > space.xmax or space.ymin > space.ymax:
+        raise ValueError(f"data space {space} is empty")
+    if method is Method.KOP:
+        return kop_partition(stats, subs, space, m=m)
+    if knn is None:
+        raise ValueError(f"{method.value} needs the kNN of the subscriptions in O_init")
+    radius2 = knn_radius2(knn, subs)
+    if method is Method.SOP:
+        return sop_partition(stats, radius2, subs, space, m=m, theta=theta)
+    return dkm_partition(stats, radius2, subs, space, m=m, gamma1=gamma1, gamma2=gamma2)

@@ -1,0 +1,308 @@
+"""The partition plan: what the partitioners produce and what the main server needs later.
+
+A :class:`PartitionPlan` is a frozen value holding, as compact numpy columns,
+
+- per initial subscription: its id, its worker, its estimated cost and the subset it belongs
+  to (``-1`` for KOP, which has no subsets);
+- per worker: its load ``C(w)`` (Algorithm 1 / Algorithm 3);
+- per subset (:class:`SubsetTable`): for SOP the quadtree regions of §3.2 (region ``r``, the
+  MBR ``R`` of the subset's balls, ``C(S_r)`` of Eq. 3, worker); for DkM-SKS the subsets
+  returned by Algorithm 2 (``R``, region, ``C(S_r)`` of Eq. 6, how the subset was made).
+
+Costs are kept exactly as integer *weights*: ``weight = cost · |O_init|``. Every cost of the
+paper is a sum of object counts divided by ``|O_init|`` (Eq. 1–6), so integer weights make the
+comparisons of Algorithm 2 (``C_s < C_h``), the greedy tie-breaks and the load sums exact and
+reproducible; :attr:`PartitionPlan.costs` and :attr:`PartitionPlan.loads` give the paper's
+probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Rect
+
+__all__ = ["Method", "SplitKind", "SubsetTable", "PartitionPlan", "PLAN_FORMAT_VERSION"]
+
+#: Bumped whenever the serialised layout changes incompatibly.
+PLAN_FORMAT_VERSION = 1
+
+
+class Method(str, Enum):
+    """The three partitioners of DESIGN §2."""
+
+    KOP = "kop"
+    SOP = "sop"
+    DKM = "dkm"
+
+    @classmethod
+    def from_str(cls, text: str | Method) -> Method:
+        """Parse ``kop``, ``sop`` or ``dkm`` (case-insensitive; ``dkm-sks``/``dkmsks`` accepted)."""
+        if isinstance(text, Method):
+            return text
+        key = str(text).strip().lower().replace("_", "-")
+        if key in ("dkm-sks", "dkmsks"):
+            key = "dkm"
+        try:
+            return cls(key)
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown partition method {text!r}; valid methods: {valid}") from None
+
+
+class SplitKind(IntEnum):
+    """How a subset of Algorithm 2 was produced (its last split)."""
+
+    ROOT = 0  #: never split: the whole of ``S``
+    SPACE = 1  #: a quadrant child of Space-only-Partition (SOP regions are all of this kind)
+    HYBRID = 2  #: a group of Hybrid-Partition (keeps its parent's region)
+
+
+def _ro(a: npt.ArrayLike, dtype: Any, shape_tail: tuple[int, ...] = ()) -> np.ndarray:
+    """A read-only contiguous copy, so a frozen plan cannot be mutated through its arrays."""
+    arr = np.array(a, dtype=dtype, copy=True)
+    if shape_tail and arr.size == 0:
+        arr = arr.reshape((0, *shape_tail))
+    arr = np.ascontiguousarray(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class SubsetTable:
+    """Subsets of a plan, one row each (SOP regions or the subsets of Algorithm 2).
+
+    Attributes
+    ----------
+    rect
+        float64 ``[n, 4]`` ``(xmin, ymin, xmax, ymax)``: ``R``, the MBR of the subset's balls
+        clipped to the data space (the whole space when a ball is infinite).
+    region
+        float64 ``[n, 4]``: the quadtree region ``r`` the subset lives in (for a hybrid child,
+        its parent's region).
+    weight
+        int64 ``[n]``: ``C(S_r) · |O_init|`` (Eq. 3 for SOP, Eq. 6 for DkM-SKS).
+    size
+        int64 ``[n]``: ``|S_r|``.
+    worker
+        int32 ``[n]``: the worker of the subset (SOP, Algorithm 1 over subsets); ``-1`` for
+        DkM-SKS, whose subsets are spread over workers by Algorithm 3.
+    kind
+        int8 ``[n]``: :class:`SplitKind`.
+    depth
+        int32 ``[n]``: depth in the partition tree (root = 0).
+    """
+
+    rect: Float64Array
+    region: Float64Array
+    weight: Int64Array
+    size: Int64Array
+    worker: Int32Array
+    kind: npt.NDArray[np.int8]
+    depth: Int32Array
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rect", _ro(self.rect, np.float64, (4,)))
+        object.__setattr__(self, "region", _ro(self.region, np.float64, (4,)))
+        for name, dt in (("weight", np.int64), ("size", np.int64), ("worker", np.int32),
+                         ("kind", np.int8), ("depth", np.int32)):
+            object.__setattr__(self, name, _ro(getattr(self, name), dt))
+        n = self.weight.shape[0]
+        if self.rect.shape != (n, 4) or self.region.shape != (n, 4):
+            raise ValueError("subset rect/region must be [n, 4] arrays matching the weights")
+        for name in ("size", "worker", "kind", "depth"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"subset column {name!r} has the wrong length")
+
+    def __len__(self) -> int:
+        return int(self.weight.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rect": self.rect.tolist(),
+            "region": self.region.tolist(),
+            "weight": self.weight.tolist(),
+            "size": self.size.tolist(),
+            "worker": self.worker.tolist(),
+            "kind": self.kind.tolist(),
+            "depth": self.depth.tolist(),
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SubsetTable:
+        return SubsetTable(
+            rect=np.asarray(d["rect"], dtype=np.float64).reshape(-1, 4),
+            region=np.asarray(d["region"], dtype=np.float64).reshape(-1, 4),
+            weight=np.asarray(d["weight"], dtype=np.int64),
+            size=np.asarray(d["size"], dtype=np.int64),
+            worker=np.asarray(d["worker"], dtype=np.int32),
+            kind=np.asarray(d["kind"], dtype=np.int8),
+            depth=np.asarray(d["depth"], dtype=np.int32),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SubsetTable):
+            return NotImplemented
+        return all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            for f in ("rect", "region", "weight", "size", "worker", "kind", "depth")
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionPlan:
+    """The result of partitioning the initial subscriptions (DESIGN §2).
+
+    Attributes
+    ----------
+    method
+        :class:`Method`.
+    m
+        Number of workers.
+    params
+        The tuning parameters used (``theta`` for SOP; ``gamma1``, ``gamma2`` for DkM-SKS) and
+        diagnostics (e.g. ``splits``, ``target``).
+    space
+        The data space (DESIGN §1).
+    n_objects
+        ``|O_init|``: weights divided by ``max(n_objects, 1)`` are the paper's costs.
+    sub_ids
+        int64 ``[n]``: subscription ids, in the input order of :func:`partition`.
+    worker
+        int32 ``[n]``: worker of each subscription.
+    weight
+        int64 ``[n]``: ``C(s) · |O_init|`` of each subscription (Eq. 1; ``P(R)`` of its region
+        for SOP, Eq. 2; Eq. 5 for DkM-SKS).
+    subset
+        int64 ``[n]``: row of :attr:`subsets` holding the subscription; ``-1`` for KOP.
+    load_weight
+        int64 ``[m]``: ``C(w) · |O_init|``.
+    subsets
+        :class:`SubsetTable` (empty for KOP).
+    """
+
+    method: Method
+    m: int
+    params: dict[str, Any]
+    space: Rect
+    n_objects: int
+    sub_ids: Int64Array
+    worker: Int32Array
+    weight: Int64Array
+    subset: Int64Array
+    load_weight: Int64Array
+    subsets: SubsetTable = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", Method.from_str(self.method))
+        object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "m", int(self.m))
+        object.__setattr__(self, "n_objects", int(self.n_objects))
+        for name, dt in (("sub_ids", np.int64), ("worker", np.int32), ("weight", np.int64),
+                         ("subset", np.int64), ("load_weight", np.int64)):
+            object.__setattr__(self, name, _ro(getattr(self, name), dt))
+        if self.subsets is None:
+            object.__setattr__(self, "subsets", _empty_subsets())
+        n = self.sub_ids.shape[0]
+        for name in ("worker", "weight", "subset"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"plan column {name!r} has the wrong length")
+        if self.load_weight.shape != (self.m,):
+            raise ValueError("plan load_weight must have one entry per worker")
+
+    # ---- derived views -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.sub_ids.shape[0])
+
+    @property
+    def costs(self) -> Float64Array:
+        """``C(s)`` per subscription as the paper's probability."""
+        return self.weight / max(self.n_objects, 1)
+
+    @property
+    def loads(self) -> Float64Array:
+        """``C(w)`` per worker as the paper's probability."""
+        return self.load_weight / max(self.n_objects, 1)
+
+    def subscriptions_of(self, worker: int) -> Int64Array:
+        """Ids of the subscriptions assigned to ``worker``."""
+        return self.sub_ids[self.worker == worker]
+
+    # ---- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible dict (arrays as lists; floats round-trip exactly through JSON)."""
+        return {
+            "format": PLAN_FORMAT_VERSION,
+            "method": self.method.value,
+            "m": self.m,
+            "params": self.params,
+            "space": list(self.space.as_tuple()),
+            "n_objects": self.n_objects,
+            "sub_ids": self.sub_ids.tolist(),
+            "worker": self.worker.tolist(),
+            "weight": self.weight.tolist(),
+            "subset": self.subset.tolist(),
+            "load_weight": self.load_weight.tolist(),
+            "subsets": self.subsets.to_dict(),
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> PartitionPlan:
+        fmt = d.get("format", PLAN_FORMAT_VERSION)
+        if fmt != PLAN_FORMAT_VERSION:
+            raise ValueError(f"unsupported partition plan format {fmt}; expected {PLAN_FORMAT_VERSION}")
+        return PartitionPlan(
+            method=Method.from_str(d["method"]),
+            m=int(d["m"]),
+            params=dict(d["params"]),
+            space=Rect(*(float(v) for v in d["space"])),
+            n_objects=int(d["n_objects"]),
+            sub_ids=np.asarray(d["sub_ids"], dtype=np.int64),
+            worker=np.asarray(d["worker"], dtype=np.int32),
+            weight=np.asarray(d["weight"], dtype=np.int64),
+            subset=np.asarray(d["subset"], dtype=np.int64),
+            load_weight=np.asarray(d["load_weight"], dtype=np.int64),
+            subsets=SubsetTable.from_dict(d["subsets"]),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> PartitionPlan:
+        return PartitionPlan.from_dict(json.loads(text))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PartitionPlan):
+            return NotImplemented
+        return (
+            self.method == other.method
+            and self.m == other.m
+            and self.params == other.params
+            and self.space == other.space
+            and self.n_objects == other.n_objects
+            and all(
+                np.array_equal(getattr(self, f), getattr(other, f))
+                for f in ("sub_ids", "worker", "weight", "subset", "load_weight")
+            )
+            and self.subsets == other.subsets
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _empty_subsets() -> SubsetTable:
+    z = np.zeros(0, dtype=np.int64)
+    return SubsetTable(
+        rect=np.zeros((0, 4)), region=np.zeros((0, 4)), weight=z, size=z,
+        worker=np.zeros(0, dtype=np.int32), kind=np.zeros(0, dtype=np.int8),
+        depth=np.zeros(0, dtype=np.int32),
+    )

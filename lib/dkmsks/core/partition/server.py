@@ -1,0 +1,356 @@
+"""The main server (paper §3 "Subscription insertion/deletion", §4 "Dealing with new subscriptions").
+
+:class:`MainServer` keeps ``C(w)`` for every worker and the worker and estimated cost of every
+live subscription. New subscriptions get each method's estimate and go to the least-loaded
+worker; deletions subtract their cost.
+
+Estimates for a new subscription ``s_n`` (DESIGN §2):
+
+- KOP: Eq. 1.
+- SOP: the kNN of ``s_n`` in ``O_init`` gives its ball; ``R_n`` = the ball's box clipped to
+  the data space (the whole space when fewer than ``k`` objects match); cost ``P(R_n)`` (Eq. 2,
+  Eq. 3 with ``S_r = {s_n}``).
+- DkM-SKS: ``R_n`` as for SOP; ``S* = argmax_{S_r} area(R ∩ R_n)`` over the plan's subsets
+  (Eq. 7) through :class:`RectIndex`; cost = Eq. 5 with ``R*``, the ``R`` of ``S*``, or with
+  ``R_n`` when no subset overlaps ``R_n`` with positive area. Among subsets with the same
+  overlap area the one listed first in the plan (the more expensive one) wins.
+
+The estimate only balances load: a worker must index a new subscription with its *actual*
+ball (the whole space until it has ``k`` results), never with ``R_n`` (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Rect, Subscriptions
+from dkmsks.core.partition._common import (
+    StatsLike,
+    ball_boxes,
+    keyword_rect_weights,
+    keyword_weights,
+    knn_radius2,
+)
+from dkmsks.core.partition.greedy import assign_in_order
+from dkmsks.core.partition.plan import Method, PartitionPlan
+
+__all__ = ["MainServer", "RectIndex"]
+
+# Relative slack that keeps a rectangle filed at level l within two cells per axis despite
+# rounding in the cell arithmetic (its extent is at most (1 - _SLACK) cells).
+_SLACK = 1e-6
+
+
+class RectIndex:
+    """Max-overlap search over many rectangles (Eq. 7), a multi-level grid in numpy.
+
+    Level ``l`` has ``2^l × 2^l`` cells over the data space. A rectangle is filed once, at the
+    finest level whose cells are at least as large as it (so it spans at most 2×2 cells), in
+    the cell holding its lower-left corner. A query at level ``l`` reads the cells its own
+    cell range touches, widened by one cell down and left — the only cells whose rectangles
+    can reach it — as contiguous ranges of a key-sorted array (one range per cell row).
+
+    Levels are searched coarse to fine; a query skips a level once its best overlap exceeds
+    the largest rectangle area at that level (no rectangle there can beat it). Rectangles of
+    zero area never have a positive overlap and are not filed.
+    """
+
+    def __init__(self, rects: npt.ArrayLike, space: Rect, *, max_level: int = 20) -> None:
+        r = np.asarray(rects, dtype=np.float64).reshape(-1, 4)
+        self.rects = r
+        self.n = r.shape[0]
+        self.max_level = int(max_level)
+        self.x0, self.y0 = space.xmin, space.ymin
+        # A degenerate space still needs positive cell sizes to hash into.
+        self.W = (space.xmax - space.xmin) or 1.0
+        self.H = (space.ymax - space.ymin) or 1.0
+        w = r[:, 2] - r[:, 0]
+        h = r[:, 3] - r[:, 1]
+        self.area = np.maximum(w, 0.0) * np.maximum(h, 0.0)
+        keep = np.flatnonzero(self.area > 0)
+        lx = self._fit_level(w[keep], self.W)
+        ly = self._fit_level(h[keep], self.H)
+        lev = np.minimum(lx, ly)
+        self.levels: list[tuple[int, Int64Array, Int64Array, float]] = []
+        for lv in np.unique(lev):
+            sel = keep[lev == lv]
+            g = 1 << int(lv)
+            ix = self._cell(r[sel, 0], self.x0, self.W, g)
+            iy = self._cell(r[sel, 1], self.y0, self.H, g)
+            key = iy * g + ix
+            order = np.lexsort((sel, key))
+            self.levels.append(
+                (int(lv), key[order], sel[order].astype(np.int64), float(self.area[sel].max()))
+            )
+
+    def _fit_level(self, ext: Float64Array, total: float) -> npt.NDArray[np.int64]:
+        """Finest level whose cell size along one axis exceeds ``ext / (1 - slack)``."""
+        L = self.max_level
+        with np.errstate(divide="ignore"):
+            lev = np.floor(np.log2(total * (1 - _SLACK) / np.maximum(ext, 1e-300)))
+        lev = np.clip(np.nan_to_num(lev, nan=0.0, posinf=L, neginf=0), 0, L).astype(np.int64)
+        for _ in range(2):  # log2 rounding: step back while the rectangle does not fit
+            too_big = (lev > 0) & (ext > total / np.exp2(lev) * (1 - _SLACK))
+            lev -= too_big
+        return lev
+
+    @staticmethod
+    def _cell(v: Float64Array, origin: float, total: float, g: int) -> npt.NDArray[np.int64]:
+        c = np.floor((v - origin) / (total / g))
+        return np.clip(np.nan_to_num(c), 0, g - 1).astype(np.int64)
+
+    def query(self, q: npt.ArrayLike) -> tuple[Int64Array, Float64Array]:
+        """For each query rectangle ``[xmin, ymin, xmax, ymax]``: the rectangle with the
+        largest positive overlap area (lowest index on ties), or ``-1``; and that area."""
+        q = np.asarray(q, dtype=np.float64).reshape(-1, 4)
+        nq = q.shape[0]
+        best = np.full(nq, -1, dtype=np.int64)
+        best_a = np.zeros(nq, dtype=np.float64)
+        qa = np.maximum(q[:, 2] - q[:, 0], 0) * np.maximum(q[:, 3] - q[:, 1], 0)
+        live = qa > 0
+        for lv, keys, ids, max_area in self.levels:
+            act = np.flatnonzero(live & (best_a <= max_area))
+            if act.shape[0] == 0:
+                continue
+            g = 1 << lv
+            qx0 = np.maximum(self._cell(q[act, 0], self.x0, self.W, g) - 1, 0)
+            qx1 = self._cell(q[act, 2], self.x0, self.W, g)
+            qy0 = np.maximum(self._cell(q[act, 1], self.y0, self.H, g) - 1, 0)
+            qy1 = self._cell(q[act, 3], self.y0, self.H, g)
+            # Restrict to occupied rows so huge queries at fine levels stay cheap.
+            lo_row, hi_row = int(keys[0] // g), int(keys[-1] // g)
+            qy0 = np.maximum(qy0, lo_row)
+            qy1 = np.minimum(qy1, hi_row)
+            nrows = np.maximum(qy1 - qy0 + 1, 0)
+            if int(nrows.sum()) == 0:
+                continue
+            qi = np.repeat(np.arange(act.shape[0]), nrows)
+            row = np.repeat(qy0 - np.concatenate([[0], np.cumsum(nrows)[:-1]]), nrows) + np.arange(
+                qi.shape[0]
+            )
+            lo = np.searchsorted(keys, row * g + qx0[qi], side="left")
+            hi = np.searchsorted(keys, row * g + qx1[qi], side="right")
+            cnt = np.maximum(hi - lo, 0)
+            tot = int(cnt.sum())
+            if tot == 0:
+                continue
+            cq = np.repeat(qi, cnt)
+            pos = np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)
+            cand = ids[pos]
+            qq = q[act[cq]]
+            rr = self.rects[cand]
+            ow = np.minimum(qq[:, 2], rr[:, 2]) - np.maximum(qq[:, 0], rr[:, 0])
+            oh = np.minimum(qq[:, 3], rr[:, 3]) - np.maximum(qq[:, 1], rr[:, 1])
+            area = np.maximum(ow, 0.0) * np.maximum(oh, 0.0)
+            pos_ = area > 0
+            if not pos_.any():
+                continue
+            cq, cand, area = cq[pos_], cand[pos_], area[pos_]
+            # Per query: the largest area, then the lowest rectangle index.
+            order = np.lexsort((cand, -area, cq))
+            first = order[np.concatenate([[True], cq[order][1:] != cq[order][:-1]])]
+            tq = act[cq[first]]
+            a_new, c_new = area[first], cand[first]
+            better = (a_new > best_a[tq]) | ((a_new == best_a[tq]) & (
+                (best[tq] < 0) | (c_new < best[tq])))
+            best[tq[better]] = c_new[better]
+            best_a[tq[better]] = a_new[better]
+        return best, best_a
+
+
+class MainServer:
+    """Assignment of new subscriptions and deletions with per-worker loads ``C(w)``.
+
+    Parameters
+    ----------
+    plan
+        The initial :class:`PartitionPlan`; its subscriptions start live, its loads are the
+        initial ``C(w)``.
+    stats
+        :class:`~dkmsks.core.stats.ObjectStatistics` of the same ``O_init``.
+    knn_index
+        :class:`~dkmsks.core.knn_init.StaticKnnIndex` over ``O_init`` (needed by SOP and
+        DkM-SKS unless every :meth:`assign` call passes ``knn=``; KOP ignores it).
+
+    Costs are handled as integer weights (``cost · |O_init|``), as in the plan;
+    :attr:`loads` and :meth:`lookup` convert them to the paper's probabilities.
+    """
+
+    def __init__(self, plan: PartitionPlan, stats: StatsLike, knn_index: Any = None) -> None:
+        self.plan = plan
+        self.method = plan.method
+        self.stats = stats
+        self.knn_index = knn_index
+        self.m = plan.m
+        self.space = plan.space
+        self._scale = float(max(plan.n_objects, 1))
+        self._load = plan.load_weight.astype(np.int64).copy()
+        # Initial subscriptions in id order (searchsorted), new ones in a dict.
+        order = np.argsort(plan.sub_ids, kind="stable")
+        self._ids = plan.sub_ids[order]
+        if self._ids.shape[0] > 1 and np.any(self._ids[1:] == self._ids[:-1]):
+            raise ValueError("the plan lists a subscription id twice")
+        self._worker = plan.worker[order].astype(np.int32)
+        self._weight = plan.weight[order].astype(np.int64)
+        self._alive = np.ones(self._ids.shape[0], dtype=bool)
+        self._extra: dict[int, tuple[int, int]] = {}
+        self._rect_index: RectIndex | None = None
+        if self.method is Method.DKM:
+            self._rect_index = RectIndex(plan.subsets.rect, plan.space)
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def load_weight(self) -> Int64Array:
+        """``C(w) · |O_init|`` per worker (a copy)."""
+        return self._load.copy()
+
+    @property
+    def loads(self) -> Float64Array:
+        """``C(w)`` per worker."""
+        return self._load / self._scale
+
+    def __len__(self) -> int:
+        return int(self._alive.sum()) + len(self._extra)
+
+    def _initial_rows(self, ids: Int64Array) -> Int64Array:
+        """Row in the initial table of each id that is a live initial subscription, else -1."""
+        if self._ids.shape[0] == 0:
+            return np.full(ids.shape[0], -1, dtype=np.int64)
+        pos = np.searchsorted(self._ids, ids)
+        pos_c = np.minimum(pos, self._ids.shape[0] - 1)
+        hit = (self._ids[pos_c] == ids) & self._alive[pos_c]
+        return np.where(hit, pos_c, -1)
+
+    def lookup(self, sub_ids: npt.ArrayLike) -> tuple[Int32Array, Float64Array]:
+        """Worker and estimated cost ``C(s)`` of live subscriptions (``-1``/NaN if not live)."""
+        workers, weights = self.lookup_weights(sub_ids)
+        costs = np.where(workers >= 0, weights / self._scale, np.nan)
+        return workers, costs
+
+    def lookup_weights(self, sub_ids: npt.ArrayLike) -> tuple[Int32Array, Int64Array]:
+        """Worker and integer weight of live subscriptions (``-1``/``-1`` if not live)."""
+        ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
+        rows = self._initial_rows(ids)
+        workers = np.full(ids.shape[0], -1, dtype=np.int32)
+        weights = np.full(ids.shape[0], -1, dtype=np.int64)
+        hit = rows >= 0
+        workers[hit] = self._worker[rows[hit]]
+        weights[hit] = self._weight[rows[hit]]
+        if self._extra:
+            for i in np.flatnonzero(~hit):
+                e = self._extra.get(int(ids[i]))
+                if e is not None:
+                    workers[i], weights[i] = e
+        return workers, weights
+
+    # ---- estimates -----------------------------------------------------------------------
+    def query_rects(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
+        """``R_n`` ``[n, 4]``: the box of each subscription's ball in ``O_init``, clipped to
+        the data space (the whole space when fewer than ``k`` objects match)."""
+        source = knn if knn is not None else self.knn_index
+        if source is None:
+            raise ValueError(
+                f"{self.method.value} needs a StaticKnnIndex (or knn=) to estimate new subscriptions"
+            )
+        r2 = knn_radius2(source, subs)
+        x0, y0, x1, y1 = ball_boxes(subs.x, subs.y, r2, self.space)
+        return np.stack([x0, y0, x1, y1], axis=1).reshape(-1, 4)
+
+    def estimate_weights(
+        self, subs: Subscriptions, *, knn: Any = None
+    ) -> tuple[Int64Array, Int64Array]:
+        """Estimated ``C(s) · |O_init|`` of new subscriptions, without changing any state.
+
+        Returns
+        -------
+        weights, subset
+            The weights and, for DkM-SKS, the plan row of ``S*`` (Eq. 7; ``-1`` when no
+            subset overlaps ``R_n`` and ``R_n`` itself was used; always ``-1`` otherwise).
+        """
+        n = len(subs)
+        rows = np.arange(n, dtype=np.int64)
+        none = np.full(n, -1, dtype=np.int64)
+        if self.method is Method.KOP:
+            return keyword_weights(self.stats, subs.keywords, rows), none
+        rn = self.query_rects(subs, knn=knn)
+        if self.method is Method.SOP:
+            counts = self.stats.count_in_rects(
+                rn[:, 0].copy(), rn[:, 1].copy(), rn[:, 2].copy(), rn[:, 3].copy()
+            )
+            return np.asarray(counts, dtype=np.int64), none
+        assert self._rect_index is not None
+        star, _ = self._rect_index.query(rn)
+        rect = np.where((star >= 0)[:, None], self.plan.subsets.rect[np.maximum(star, 0)], rn)
+        return keyword_rect_weights(self.stats, subs.keywords, rows, rows, rect), star
+
+    def estimate(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
+        """Estimated ``C(s)`` of new subscriptions (probabilities), without changing state."""
+        return self.estimate_weights(subs, knn=knn)[0] / self._scale
+
+    # ---- insertions and deletions --------------------------------------------------------
+    def assign(self, subs: Subscriptions, *, knn: Any = None) -> Int32Array:
+        """Register new subscriptions: estimate each cost and give each, in input order, to
+        the least-loaded worker (lowest index on ties), updating ``C(w)``.
+
+        Parameters
+        ----------
+        subs
+            The new subscriptions (ids must not be live).
+        knn
+            Optional kNN matrices ``(ids, d2)`` of ``subs`` in ``O_init`` (row order of
+            ``subs``), when the caller already has them; otherwise the server's index is queried.
+
+        Returns
+        -------
+        int32 worker of each subscription.
+        """
+        ids = subs.ids.astype(np.int64)
+        if ids.shape[0] == 0:
+            return np.zeros(0, dtype=np.int32)
+        if np.unique(ids).shape[0] != ids.shape[0]:
+            raise ValueError("assign got the same subscription id twice")
+        live, _ = self.lookup_weights(ids)
+        if np.any(live >= 0):
+            dup = ids[live >= 0][:5].tolist()
+            raise ValueError(f"subscriptions already live: {dup}")
+        weights, _ = self.estimate_weights(subs, knn=knn)
+        workers, self._load = assign_in_order(
+            weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
+        )
+        for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist()):
+            self._extra[sid] = (w, c)
+        return workers
+
+    def delete(self, sub_ids: npt.ArrayLike, *, missing: str = "raise") -> Int32Array:
+        """Forget subscriptions and subtract their costs from their workers' ``C(w)``.
+
+        Parameters
+        ----------
+        sub_ids
+            Ids of live subscriptions.
+        missing
+            ``"raise"`` (default): a :class:`KeyError` for an id that is not live, before any
+            change; ``"ignore"``: skip such ids (their worker is reported as ``-1``).
+
+        Returns
+        -------
+        int32 worker each subscription was removed from.
+        """
+        if missing not in ("raise", "ignore"):
+            raise ValueError("missing must be 'raise' or 'ignore'")
+        ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
+        if np.unique(ids).shape[0] != ids.shape[0]:
+            raise ValueError("delete got the same subscription id twice")
+        workers, weights = self.lookup_weights(ids)
+        if missing == "raise" and np.any(workers < 0):
+            raise KeyError(f"subscriptions not live: {ids[workers < 0][:5].tolist()}")
+        found = workers >= 0
+        np.subtract.at(self._load, workers[found], weights[found])
+        rows = self._initial_rows(ids)
+        self._alive[rows[rows >= 0]] = False
+        for sid in ids[found & (rows < 0)].tolist():
+            del self._extra[sid]
+        return workers
