@@ -1,0 +1,335 @@
+"""In-memory engine: the whole DkM-SKS protocol in one process with ``m`` simulated workers.
+
+The engine plays the main server and the workers of the paper (§3, §4; DESIGN §4 "System
+shape"): after the initial phase each initial subscription sits on the worker chosen by the
+partition plan with its exact kNN within ``O_init`` as state. Then, per timestamp ``t``
+(DESIGN §1 order): deletions (each worker drops the ids it holds, the main server updates
+``C(w)``), insertions (the main server assigns each new subscription to a worker; it starts
+with an empty result), and the new objects, handed to every worker.
+
+Per timestamp it records the paper's metrics (DESIGN §5): update time split into kNN update /
+insertion / deletion, per-worker time and work (pairs tested, DESIGN §3 fact 4), the load
+balance (max − min worker time; max / mean work) and the minimum possible work (pairs whose
+object lies in the subscription's ball, equal for every index).
+
+Workers run one after another here, so the simulated kNN-update time of a timestamp is the
+*slowest worker's* time (they would run in parallel), and ``wall`` holds the sequential sum.
+The engine never reads a clock itself: pass one in (e.g. ``time.perf_counter``); without one
+every time is ``0`` and only the deterministic work counters are meaningful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from dkmsks.core.model import (
+    Float64Array,
+    Int64Array,
+    Objects,
+    Op,
+    Rect,
+    Results,
+    Subscriptions,
+    SubscriptionEvents,
+)
+from dkmsks.core.oracle import INITIAL_REGISTRATION
+from dkmsks.core.update import Worker
+from dkmsks.core.worker_index import DEFAULT_BUDGET
+
+Clock = Callable[[], float]
+
+
+class Assigner(Protocol):
+    """The main server's side of insertions and deletions (DESIGN §2 "new subscription").
+
+    ``assign`` returns a worker (``0..m-1``) per new subscription and may return a region
+    subset label per subscription (SOP) as a second value, or ``None``.
+    """
+
+    def assign(self, subs: Subscriptions) -> Int64Array | tuple[Int64Array, Int64Array | None]: ...
+
+    def delete(self, sub_ids: Int64Array) -> None: ...
+
+
+@dataclass
+class TimestampMetrics:
+    """What one timestamp cost (DESIGN §5 metrics, §3 fact 4 counters)."""
+
+    t: int
+    n_objects: int
+    n_inserted: int
+    n_deleted: int
+    time_delete: float
+    time_insert: float
+    time_knn: float  # slowest worker's kNN update (workers are parallel in the real system)
+    wall: float  # sequential time of this whole timestamp in the simulation
+    worker_time: Float64Array = field(repr=False)
+    worker_work: Int64Array = field(repr=False)  # pairs tested per worker
+    worker_accepted: Int64Array = field(repr=False)
+    worker_updated: Int64Array = field(repr=False)
+    worker_subs: Int64Array = field(repr=False)  # subscriptions held after the timestamp
+
+    @property
+    def update_time(self) -> float:
+        """kNN update + insertion + deletion (paper Table 3)."""
+        return self.time_knn + self.time_insert + self.time_delete
+
+    @property
+    def load_balance(self) -> float:
+        """Max − min worker finishing time (the paper's load-balance metric)."""
+        return float(self.worker_time.max() - self.worker_time.min()) if self.worker_time.size else 0.0
+
+    @property
+    def work(self) -> int:
+        return int(self.worker_work.sum())
+
+    @property
+    def work_imbalance(self) -> float:
+        """Max / mean of the per-worker work: the noise-free load balance (fact 4)."""
+        mean = float(self.worker_work.mean()) if self.worker_work.size else 0.0
+        return float(self.worker_work.max()) / mean if mean > 0 else 1.0
+
+    @property
+    def min_work(self) -> int:
+        """Pairs whose object lies in the subscription's ball (every index must test them)."""
+        return int(self.worker_accepted.sum())
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "t": self.t,
+            "objects": self.n_objects,
+            "inserted": self.n_inserted,
+            "deleted": self.n_deleted,
+            "update_time": self.update_time,
+            "time_knn": self.time_knn,
+            "time_insert": self.time_insert,
+            "time_delete": self.time_delete,
+            "load_balance": self.load_balance,
+            "work": self.work,
+            "work_max": int(self.worker_work.max()) if self.worker_work.size else 0,
+            "work_imbalance": self.work_imbalance,
+            "min_work": self.min_work,
+            "subs_updated": int(self.worker_updated.sum()),
+            "wall": self.wall,
+        }
+
+
+def _no_clock() -> float:
+    return 0.0
+
+
+class Engine:
+    """``m`` workers of one method plus the main server's bookkeeping (paper §3, §4).
+
+    Parameters
+    ----------
+    method
+        ``"kop"``, ``"sop"`` or ``"dkm"`` (DESIGN §2).
+    space
+        Data space fixed at partition time (DESIGN §1).
+    workers
+        ``m``.
+    assigner
+        The main server: places new subscriptions and forgets deleted ones (its ``C(w)``).
+    clock
+        A monotonic clock in seconds (``time.perf_counter``); ``None`` disables timing.
+    grid, budget, index_options
+        Passed to every :class:`~dkmsks.core.update.Worker`.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        space: Rect,
+        workers: int,
+        assigner: Assigner,
+        *,
+        clock: Clock | None = None,
+        grid: int = 256,
+        budget: int = DEFAULT_BUDGET,
+        **index_options: float,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.method = method.lower()
+        self.space = space
+        self.m = int(workers)
+        self.assigner = assigner
+        self.clock: Clock = clock or _no_clock
+        self.workers = [
+            Worker(self.method, space, grid=grid, budget=budget, **index_options) for _ in range(self.m)
+        ]
+        self.last_t: int | None = None
+        self.history: list[TimestampMetrics] = []
+
+    # ------------------------------------------------------------------ initial phase
+    def load_initial(
+        self,
+        subs: Subscriptions,
+        knn: tuple[Int64Array, Float64Array],
+        assignment: npt.ArrayLike,
+        *,
+        groups: npt.ArrayLike | None = None,
+        t0: int = 0,
+    ) -> None:
+        """Place the initial subscriptions with their exact kNN within ``O_init`` (paper §3).
+
+        ``assignment[i]`` is the worker of ``subs[i]`` (the partition plan); ``groups[i]`` its
+        region subset (SOP only).
+        """
+        assignment = np.asarray(assignment, dtype=np.int64)
+        if assignment.shape[0] != len(subs):
+            raise ValueError(f"assignment has {assignment.shape[0]} entries for {len(subs)} subscriptions")
+        if len(subs) and (assignment.min() < 0 or assignment.max() >= self.m):
+            raise ValueError(f"assignment must name workers 0..{self.m - 1}")
+        g = None if groups is None else np.asarray(groups, dtype=np.int64)
+        ids, d2 = knn
+        for w, worker in enumerate(self.workers):
+            rows = np.flatnonzero(assignment == w)
+            worker.add(subs.take(rows), (ids[rows], d2[rows]), groups=None if g is None else g[rows])
+            worker.index.maintain(worker.state, force=True)
+            worker.state.advance(t0)
+        self.last_t = t0
+
+    # ------------------------------------------------------------------ one timestamp
+    def step(
+        self, t: int, deletions: npt.ArrayLike, insertions: Subscriptions, objects: Objects
+    ) -> TimestampMetrics:
+        """Process timestamp ``t``: deletions, insertions, then objects (DESIGN §1)."""
+        if self.last_t is not None and t <= self.last_t:
+            raise ValueError(f"timestamp {t} is not after the last processed one ({self.last_t})")
+        clock = self.clock
+        wall0 = clock()
+        dels = np.asarray(deletions, dtype=np.int64)
+
+        c0 = clock()
+        held = 0
+        if dels.shape[0]:
+            self.assigner.delete(dels)
+            for worker in self.workers:
+                held += worker.remove(dels)
+        time_delete = clock() - c0
+        if held != dels.shape[0]:
+            raise ValueError(
+                f"t={t}: {dels.shape[0] - held} deleted subscription(s) are not live; "
+                "the events file must only delete registered subscriptions"
+            )
+
+        c0 = clock()
+        if len(insertions):
+            placed = self.assigner.assign(insertions)
+            where, labels = placed if isinstance(placed, tuple) else (placed, None)
+            where = np.asarray(where, dtype=np.int64)
+            for w in np.unique(where).tolist():
+                rows = np.flatnonzero(where == w)
+                self.workers[w].add(
+                    insertions.take(rows), None, groups=None if labels is None else np.asarray(labels)[rows]
+                )
+        time_insert = clock() - c0
+
+        m = self.m
+        wt = np.zeros(m)
+        work = np.zeros(m, dtype=np.int64)
+        acc = np.zeros(m, dtype=np.int64)
+        upd = np.zeros(m, dtype=np.int64)
+        for w, worker in enumerate(self.workers):
+            c0 = clock()
+            stats = worker.process(objects)
+            wt[w] = clock() - c0
+            work[w], acc[w], upd[w] = stats.pairs_tested, stats.pairs_accepted, stats.subs_updated
+            if not len(objects):
+                worker.state.advance(t)
+        metrics = TimestampMetrics(
+            t=int(t),
+            n_objects=len(objects),
+            n_inserted=len(insertions),
+            n_deleted=int(dels.shape[0]),
+            time_delete=time_delete,
+            time_insert=time_insert,
+            time_knn=float(wt.max()) if m else 0.0,
+            wall=clock() - wall0,
+            worker_time=wt,
+            worker_work=work,
+            worker_accepted=acc,
+            worker_updated=upd,
+            worker_subs=np.array([len(w) for w in self.workers], dtype=np.int64),
+        )
+        self.last_t = int(t)
+        self.history.append(metrics)
+        return metrics
+
+    def run(
+        self,
+        objects: Objects,
+        events: SubscriptionEvents,
+        *,
+        until: int | None = None,
+    ) -> Iterator[TimestampMetrics]:
+        """Process every timestamp after the last processed one up to ``until`` (default:
+        the last timestamp in the inputs), yielding each timestamp's metrics.
+
+        Timestamps with neither objects nor events are skipped (nothing changes).
+        """
+        start = self.last_t if self.last_t is not None else np.iinfo(np.int64).min
+        o_order = np.argsort(objects.t, kind="stable")
+        o_t = objects.t[o_order]
+        e_order = np.argsort(events.t, kind="stable")
+        e_t = events.t[e_order]
+        ts = np.union1d(o_t[o_t > start], e_t[e_t > start])
+        if until is not None:
+            ts = ts[ts <= until]
+        for t in ts.tolist():
+            oa, ob = np.searchsorted(o_t, [t, t + 1])
+            ea, eb = np.searchsorted(e_t, [t, t + 1])
+            erows = e_order[ea:eb]
+            dels = events.ids[erows[events.op[erows] == Op.DELETE]]
+            ins = events.take(erows[events.op[erows] == Op.INSERT]).insertions()
+            yield self.step(t, dels, ins, objects.take(o_order[oa:ob]))
+        if until is not None and (self.last_t is None or until > self.last_t):
+            self.last_t = int(until)
+
+    # ------------------------------------------------------------------ outputs
+    def results(self) -> Results:
+        """Exact results of every live subscription after the last processed timestamp."""
+        out: Results = {}
+        for worker in self.workers:
+            out.update(worker.results())
+        return out
+
+    def where(self, sub_ids: npt.ArrayLike) -> Int64Array:
+        """Worker holding each subscription (``-1`` when none does)."""
+        q = np.asarray(sub_ids, dtype=np.int64)
+        out = np.full(q.shape[0], -1, dtype=np.int64)
+        for w, worker in enumerate(self.workers):
+            out[worker.state.contains(q)] = w
+        return out
+
+
+def initial_phase(
+    objects: Objects, events: SubscriptionEvents, t0: int = 0
+) -> tuple[Objects, Subscriptions]:
+    """``O_init`` (objects with ``t <= t0``) and the initial subscriptions (DESIGN §6).
+
+    An initial subscription is one whose last event with ``t <= t0`` is an insertion (within a
+    timestamp deletions come first, DESIGN §1). Its registration time becomes
+    :data:`~dkmsks.core.oracle.INITIAL_REGISTRATION`: all of ``O_init`` qualifies for it
+    (paper §3, initial phase). Vectorised; the readers have already validated the events.
+    """
+    o_init = objects.take(np.flatnonzero(objects.t <= t0))
+    rows = np.flatnonzero(events.t <= t0)
+    # Order each id's events by (t, insertion after deletion); the last one decides.
+    is_ins = (events.op[rows] == Op.INSERT).astype(np.int8)
+    order = np.lexsort((is_ins, events.t[rows], events.ids[rows]))
+    rows = rows[order]
+    ids = events.ids[rows]
+    last = np.concatenate([ids[1:] != ids[:-1], [True]]) if rows.shape[0] else np.zeros(0, bool)
+    keep = rows[last & (events.op[rows] == Op.INSERT)]
+    keep = np.sort(keep)  # file order
+    e = events.take(keep)
+    t = np.full(keep.shape[0], INITIAL_REGISTRATION, dtype=np.int64)
+    return o_init, Subscriptions(e.ids, e.x, e.y, e.keywords, e.k, t)
