@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from test_update import METHODS, adversarial_case, knn_matrices, minimum_work
 
-from dkmsks.core.engine import Engine, initial_phase
+from dkmsks.core.engine import Engine, build_engine, initial_phase
 from dkmsks.core.model import (
     Objects,
     Subscriptions,
@@ -181,3 +181,26 @@ def test_core_modules_read_no_clock_and_no_spark() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module.split(".")[0])
         assert not imported & {"time", "datetime", "pyspark", "delta", "os", "io", "pathlib"}, name
+
+
+# ---------------------------------------------------------------------------- with the partitioners
+@pytest.mark.parametrize(("method", "m"), list(itertools.product(METHODS, [1, 2, 7, 20])))
+def test_build_engine_with_partitioner_equals_oracle(method: str, m: int) -> None:
+    """The real initial phase: exact O_init kNN, the method's plan and main server."""
+    objects, events = adversarial_case(60 + m, timestamps=6)
+    engine, setup = build_engine(method, objects, events, m, grid=4, theta=2, gamma1=3, gamma2=2)
+    assert setup.plan.m == m and setup.n_subscriptions == len(live_subscriptions(events, 0))
+    check_against_oracle(engine, objects, events, [2, 4, 6])
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize(("method", "m"), list(itertools.product(METHODS, [1, 2, 7, 20])))
+def test_build_engine_real_data_equals_oracle(method: str, m: int, real_workload: dict) -> None:
+    objects, events = real_workload["workload"]
+    engine, setup = build_engine(method, objects, events, m, grid=64, theta=4, gamma1=50)
+    # Initial placement follows the plan.
+    assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)
+    metrics = check_against_oracle(engine, objects, events, [1, 3, 4], cache=real_workload["oracle"])
+    assert [x.min_work for x in metrics] == real_workload["counters"].setdefault(
+        "min_work", [x.min_work for x in metrics]
+    )

@@ -45,15 +45,17 @@ Clock = Callable[[], float]
 
 
 class Assigner(Protocol):
-    """The main server's side of insertions and deletions (DESIGN §2 "new subscription").
+    """The main server's side of insertions and deletions (DESIGN §2 "new subscription");
+    :class:`dkmsks.core.partition.MainServer` is one.
 
-    ``assign`` returns a worker (``0..m-1``) per new subscription and may return a region
-    subset label per subscription (SOP) as a second value, or ``None``.
+    ``assign`` returns a worker (``0..m-1``) per new subscription. ``delete`` forgets ids and
+    may return the worker each was on (``-1`` when not live); returning ``None`` makes the
+    engine ask every worker.
     """
 
-    def assign(self, subs: Subscriptions) -> Int64Array | tuple[Int64Array, Int64Array | None]: ...
+    def assign(self, subs: Subscriptions) -> npt.ArrayLike: ...
 
-    def delete(self, sub_ids: Int64Array) -> None: ...
+    def delete(self, sub_ids: Int64Array) -> npt.ArrayLike | None: ...
 
 
 @dataclass
@@ -210,9 +212,17 @@ class Engine:
         c0 = clock()
         held = 0
         if dels.shape[0]:
-            self.assigner.delete(dels)
-            for worker in self.workers:
-                held += worker.remove(dels)
+            try:
+                routed = self.assigner.delete(dels)
+            except KeyError as err:  # MainServer refuses ids that are not live
+                raise ValueError(f"t={t}: {err.args[0]}; a deletion must name a live subscription") from None
+            if routed is None:
+                for worker in self.workers:
+                    held += worker.remove(dels)
+            else:
+                routed = np.asarray(routed, dtype=np.int64)
+                for w in np.unique(routed[routed >= 0]).tolist():
+                    held += self.workers[w].remove(dels[routed == w])
         time_delete = clock() - c0
         if held != dels.shape[0]:
             raise ValueError(
@@ -222,14 +232,12 @@ class Engine:
 
         c0 = clock()
         if len(insertions):
-            placed = self.assigner.assign(insertions)
-            where, labels = placed if isinstance(placed, tuple) else (placed, None)
-            where = np.asarray(where, dtype=np.int64)
+            where = np.asarray(self.assigner.assign(insertions), dtype=np.int64)
             for w in np.unique(where).tolist():
                 rows = np.flatnonzero(where == w)
-                self.workers[w].add(
-                    insertions.take(rows), None, groups=None if labels is None else np.asarray(labels)[rows]
-                )
+                # A new subscription starts with an empty result (DESIGN §1); SOP places it in
+                # the local subset whose R holds it.
+                self.workers[w].add(insertions.take(rows), None)
         time_insert = clock() - c0
 
         m = self.m
@@ -333,3 +341,70 @@ def initial_phase(
     e = events.take(keep)
     t = np.full(keep.shape[0], INITIAL_REGISTRATION, dtype=np.int64)
     return o_init, Subscriptions(e.ids, e.x, e.y, e.keywords, e.k, t)
+
+
+@dataclass
+class Setup:
+    """What :func:`build_engine` did before the stream (the initial phase, paper §3)."""
+
+    plan: object  # dkmsks.core.partition.PartitionPlan
+    server: object  # dkmsks.core.partition.MainServer
+    n_objects: int
+    n_subscriptions: int
+    time_knn_init: float
+    time_partition: float
+    time_load: float
+
+
+def build_engine(
+    method: str,
+    objects: Objects,
+    events: SubscriptionEvents,
+    workers: int,
+    *,
+    t0: int = 0,
+    theta: int = 20,
+    gamma1: int = 100_000,
+    gamma2: int = 20,
+    grid: int = 256,
+    clock: Clock | None = None,
+    budget: int = DEFAULT_BUDGET,
+    **index_options: float,
+) -> tuple[Engine, Setup]:
+    """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
+    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``method`` (DESIGN §2) and
+    its main server, and an :class:`Engine` loaded with every initial subscription.
+
+    Returns the engine (ready for :meth:`Engine.run` from ``t0 + 1``) and a :class:`Setup`.
+    """
+    from dkmsks.core.knn_init import StaticKnnIndex
+    from dkmsks.core.model import data_space
+    from dkmsks.core.partition import MainServer, partition
+    from dkmsks.core.stats import ObjectStatistics
+
+    clock_ = clock or _no_clock
+    o_init, subs = initial_phase(objects, events, t0)
+    space = data_space(o_init, subs)
+    # Vocabulary size: every keyword id seen anywhere (ids beyond O_init's simply count 0).
+    n_keywords = 1 + max(
+        int(objects.keywords.ids.max()) if objects.keywords.ids.size else -1,
+        int(events.keywords.ids.max()) if events.keywords.ids.size else -1,
+        0,
+    )
+    c0 = clock_()
+    knn_index = StaticKnnIndex.build(o_init, n_keywords)
+    width = max(int(subs.k.max()) if len(subs) else 1, 1)
+    knn = knn_index.query(subs, width=width)
+    c1 = clock_()
+    stats = ObjectStatistics.build(o_init, n_keywords)
+    plan = partition(method, stats, knn, subs, space, m=workers, theta=theta, gamma1=gamma1, gamma2=gamma2)
+    server = MainServer(plan, stats, knn_index)
+    c2 = clock_()
+    if not np.array_equal(plan.sub_ids, subs.ids):
+        raise AssertionError("the partition plan must list the subscriptions in input order")
+    engine = Engine(method, space, workers, server, clock=clock, grid=grid, budget=budget, **index_options)
+    groups = plan.subset if plan.method.value == "sop" else None
+    engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)
+    c3 = clock_()
+    setup = Setup(plan, server, len(o_init), len(subs), c1 - c0, c2 - c1, c3 - c2)
+    return engine, setup
