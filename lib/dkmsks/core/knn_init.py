@@ -47,6 +47,14 @@ _REL_SLACK = 1e-9
 Complex128Array = npt.NDArray[np.complex128]
 
 
+def _ranked(d2: Float64Array, ranks: Int64Array) -> Complex128Array:
+    """Pack ``d²`` and rank as ``d² + 1j·rank`` (exact: ranks < 2**53) for one-pass sorting."""
+    z = np.empty(d2.shape, dtype=np.complex128)
+    z.real = d2
+    z.imag = ranks
+    return z
+
+
 class StaticKnnIndex:
     """Per-keyword spatial index over a static object set (DESIGN §3 fact 5).
 
@@ -207,6 +215,8 @@ class StaticKnnIndex:
             raise ValueError(f"width {width_} is smaller than the largest k ({kmax})")
         out_ids = np.full((n, width_), -1, dtype=np.int64)
         out_d2 = np.full((n, width_), np.inf, dtype=np.float64)
+        if self.n_objects == 0:
+            return out_ids, out_d2
         for lo in range(0, n, self.chunk_size):
             hi = min(n, lo + self.chunk_size)
             z = self._query_chunk(subs.take(np.arange(lo, hi)), kmax)
@@ -269,8 +279,8 @@ class StaticKnnIndex:
         s = owner[pairs]
         dx = self._x[ranks] - subs.x[s][:, None]
         dy = self._y[ranks] - subs.y[s][:, None]
-        d2 = dx * dx + dy * dy
-        z = np.where(present, d2 + 1j * ranks, complex(np.inf, self.n_objects))
+        d2 = np.where(present, dx * dx + dy * dy, np.inf)
+        z = _ranked(d2, np.where(present, ranks, self.n_objects))
         z.sort(axis=1)
         take = min(width, kmax)
         lists[pairs, :take] = z[:, :take]
@@ -311,8 +321,7 @@ class StaticKnnIndex:
             ranks = self._postings[base + idx.reshape(g.size, q)]
             dx = self._x[ranks] - sx[:, None]
             dy = self._y[ranks] - sy[:, None]
-            d2 = dx * dx + dy * dy
-            z = d2 + 1j * ranks
+            z = _ranked(dx * dx + dy * dy, ranks)
             z.sort(axis=1)
             take = min(q, kmax)
             lists[g, :take] = z[:, :take]
@@ -367,7 +376,7 @@ class StaticKnnIndex:
         pos = np.arange(row.size, dtype=np.int64) - first[row]
         sel = pos < kmax
         fresh = self._pad((g.size, kmax))
-        fresh[row[sel], pos[sel]] = d2[sel] + 1j * ranks[sel]
+        fresh[row[sel], pos[sel]] = _ranked(d2[sel], ranks[sel])
         lists[g] = fresh
 
     def _merge(
