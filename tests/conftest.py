@@ -48,3 +48,25 @@ def real_objects(n: int, path: Path = PLACE_FILE) -> tuple[Objects, Vocabulary]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261125)
+
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from dkmsks.spark.session import build_session
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = build_session(warehouse, app_name="dkmsks-tests", master="local[2]", shuffle_partitions=4)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def fresh_db(spark, request):
+    """A database of its own per test, dropped afterwards, selected as current."""
+    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:60]
+    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:db)", args={"db": name})
+    spark.catalog.setCurrentDatabase(name)
+    yield name
+    spark.catalog.setCurrentDatabase("default")
+    spark.sql("DROP DATABASE IF EXISTS IDENTIFIER(:db) CASCADE", args={"db": name})
