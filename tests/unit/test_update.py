@@ -319,3 +319,49 @@ def test_state_round_trip_through_arrays(method: str) -> None:
         worker.process(objects.take(np.flatnonzero(objects.t == t)))
         worker = Worker.from_arrays(method, worker.space, worker.to_arrays(), grid=3)
         assert results_equal(worker.results(), oracle_results(objects, events, t))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_replayed_batch_changes_nothing(method: str) -> None:
+    """A retried task may process the same objects twice: the result must not change."""
+    objects, events = adversarial_case(17, timestamps=3)
+    worker = initial_worker(method, objects, events, grid=3)
+    for t in range(1, 4):
+        apply_events(worker, events, t, in_batch=False)
+        batch = objects.take(np.flatnonzero(objects.t == t))
+        worker.process(batch)
+        again = worker.process(batch)
+        assert again.subs_updated == 0
+        assert results_equal(worker.results(), oracle_results(objects, events, t))
+
+
+def test_merge_matches_full_sort_on_random_input(rng: np.random.Generator) -> None:
+    """The sort-free merge equals sorting each row's union by (d², id) and keeping k."""
+    n, width = 60, 6
+    state = KnnState(width=width)
+    k = rng.integers(1, width + 1, n)
+    subs = Subscriptions.build(np.arange(n), np.zeros(n), np.zeros(n), [[0]] * n, k, np.zeros(n))
+    fill = rng.integers(0, width + 1, n)
+    ids = np.full((n, width), -1)
+    d2 = np.full((n, width), np.inf)
+    expected_sets = []
+    next_id = 0
+    for i in range(n):
+        m = min(fill[i], k[i])
+        vals = np.sort(rng.integers(0, 5, m).astype(float))
+        ids[i, :m] = np.arange(next_id, next_id + m)
+        d2[i, :m] = vals
+        next_id += m
+        expected_sets.append(list(zip(vals.tolist(), ids[i, :m].tolist())))
+    rows = state.add(subs, (ids, d2))
+    acc_rows = rng.integers(0, n, 150)
+    acc_d2 = rng.integers(0, 5, 150).astype(float)
+    acc_ids = np.arange(next_id, next_id + 150)[rng.permutation(150)]
+    merge_results(state, rows[acc_rows], acc_ids, acc_d2)
+    for r, dd, oo in zip(acc_rows.tolist(), acc_d2.tolist(), acc_ids.tolist()):
+        expected_sets[r].append((dd, oo))
+    res = state.results()
+    for i in range(n):
+        best = sorted(expected_sets[i])[: k[i]]
+        assert res[i].object_ids.tolist() == [o for _, o in best]
+        assert res[i].d2.tolist() == [d for d, _ in best]

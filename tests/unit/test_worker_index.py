@@ -25,6 +25,7 @@ pytestmark = pytest.mark.unit
 #: re-indexing on every shrink.
 STRESS = {"merge_min": 1, "merge_fraction": 0.01}
 GRID_STRESS = {**STRESS, "max_cells": 2, "shrink": 0.999}
+FLAT = {"levels": "flat", "max_cells": 3}
 
 
 def in_ball_pairs(
@@ -76,13 +77,21 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
 
 
 #: (method, grid): the grid size only matters for the DkM-SKS index.
-KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64)]
+KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64, 1000)]
+
+
+def variant_options(method: str, variant: str) -> dict:
+    if variant == "stress":
+        return GRID_STRESS if method == "dkm" else STRESS
+    if variant == "flat" and method == "dkm":
+        return FLAT
+    return {}
 
 
 @pytest.mark.parametrize(("method", "grid"), KINDS)
-@pytest.mark.parametrize("stress", [False, True])
-def test_every_index_and_grid_equals_oracle(method: str, grid: int, stress: bool) -> None:
-    options = (GRID_STRESS if method == "dkm" else STRESS) if stress else {}
+@pytest.mark.parametrize("variant", ["default", "stress", "flat"])
+def test_every_index_and_grid_equals_oracle(method: str, grid: int, variant: str) -> None:
+    options = variant_options(method, variant)
     for seed in (100 + grid, 200 + grid):
         objects, events = adversarial_case(seed, timestamps=6)
         drive(initial_worker(method, objects, events, grid=grid, **options), objects, events)
@@ -105,10 +114,10 @@ def test_degenerate_inputs(method: str, case: str) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("stress", [False, True])
-def test_index_never_loses_an_in_ball_pair(method: str, stress: bool) -> None:
+@pytest.mark.parametrize("variant", ["default", "stress", "flat"])
+def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
     """Candidates ⊇ pairs whose object is inside the (pre-timestamp) ball, every timestamp."""
-    options = (GRID_STRESS if method == "dkm" else STRESS) if stress else {}
+    options = variant_options(method, variant)
     objects, events = adversarial_case(42, timestamps=6)
     worker = initial_worker(method, objects, events, grid=5, **options)
     before = oracle_results(objects, events, 0)
@@ -144,27 +153,37 @@ def test_grid_finds_objects_outside_the_data_space() -> None:
         assert res[8].object_ids.tolist() == [2]  # (-3, .2) is farther than (1, 1)
 
 
-def test_grid_cells_cover_ball_and_wide_fallback() -> None:
-    """A narrow ball is posted in the cells it overlaps only; a huge one goes wide."""
-    space = Rect(0.0, 0.0, 10.0, 10.0)
-    index = make_index("dkm", space, grid=10, max_cells=9)
-    assert isinstance(index, GridIndex)
+def test_grid_pyramid_levels() -> None:
+    """A small ball is posted in its fine cell; a large one at the coarsest level where it
+    spans at most ``max_cells`` cells; an infinite one in the single top cell."""
     from dkmsks.core.knn_state import KnnState
     from dkmsks.core.model import Subscriptions
 
+    space = Rect(0.0, 0.0, 10.0, 10.0)
+    index = make_index("dkm", space, grid=10, max_cells=9)
+    assert isinstance(index, GridIndex) and index.top == 4
     state = KnnState(width=1)
-    subs = Subscriptions.build([1, 2, 3], [5.5, 5.5, 5.0], [5.5, 5.5, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0])
+    subs = Subscriptions.build(
+        [1, 2, 3], [5.5, 5.5, 5.0], [5.5, 5.5, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0]
+    )
     ids = np.array([[10], [11], [-1]])
     d2 = np.array([[0.04], [100.0], [np.inf]])  # r = 0.2, r = 10, infinite
     rows = state.add(subs, (ids, d2))
     index.add(state, rows)
     index.maintain(state, force=True)
     cells = (index.postings.keys >> 32).tolist()
-    counts = np.diff(index.postings.ptr).tolist()
-    posted = dict(zip(cells, counts))
-    assert posted[5 * 10 + 5] == 1  # the small ball's own cell (plus nothing else for it)
-    assert posted[index.wide_cell] == 2  # the r=10 ball and the infinite ball
-    assert sum(counts) == 3
+    posted = dict(zip(cells, np.diff(index.postings.ptr).tolist()))
+    area = index.G * index.G
+    assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
+    assert posted.pop(index.wide_cell) == 1  # the infinite ball
+    # r = 10 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
+    assert sorted(posted) == [2 * area + c for c in range(9)]
+    assert set(posted.values()) == {1}
+
+    flat = make_index("dkm", space, grid=10, max_cells=9, levels="flat")
+    flat.add(state, rows)
+    flat.maintain(state, force=True)
+    assert np.diff(flat.postings.ptr).tolist() == [1, 2]  # fine cell; top cell for both others
 
 
 @pytest.mark.realdata

@@ -152,7 +152,7 @@ class Engine:
         assigner: Assigner,
         *,
         clock: Clock | None = None,
-        grid: int = 256,
+        grid: int = 1024,
         budget: int = DEFAULT_BUDGET,
         **index_options: float,
     ) -> None:
@@ -366,7 +366,7 @@ def build_engine(
     theta: int = 20,
     gamma1: int = 100_000,
     gamma2: int = 20,
-    grid: int = 256,
+    grid: int = 1024,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
     **index_options: float,

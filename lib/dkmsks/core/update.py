@@ -82,31 +82,54 @@ def merge_results(
 ) -> Int64Array:
     """Merge accepted ``(row, object id, d²)`` into the kNN matrices; returns the affected rows.
 
-    Vectorised: all affected rows' current entries and the accepted pairs are sorted together by
-    ``(row, d², id)`` and the first ``k`` of each row are written back.
+    Each row's current entries are already ordered, so no sort of the state is needed: the
+    accepted pairs are sorted among themselves by ``(row, d², id)`` and each entry's final
+    position is its rank within its own list plus the number of entries of the other list
+    that precede it (one ``[accepted × K]`` comparison). An object already in a row's result
+    (a replayed batch) is ignored, so processing the same objects twice changes nothing.
     """
     if rows.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    touched = np.unique(rows)
     K = state.K
-    cur_ids = state.ids[touched].reshape(-1)
-    cur_d2 = state.d2[touched].reshape(-1)
-    cur_rows = np.repeat(touched, K)
-    have = cur_ids >= 0
-    all_rows = np.concatenate([cur_rows[have], rows])
-    all_ids = np.concatenate([cur_ids[have], oid])
-    all_d2 = np.concatenate([cur_d2[have], d2])
-    order = np.lexsort((all_ids, all_d2, all_rows))
-    all_rows, all_ids, all_d2 = all_rows[order], all_ids[order], all_d2[order]
-    n = all_rows.shape[0]
-    starts = np.concatenate([[True], all_rows[1:] != all_rows[:-1]])
-    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
-    rank = np.arange(n) - first
-    keep = rank < state.k[all_rows]
-    state.ids[touched] = -1
-    state.d2[touched] = np.inf
-    state.ids[all_rows[keep], rank[keep]] = all_ids[keep]
-    state.d2[all_rows[keep], rank[keep]] = all_d2[keep]
+    cur_ids = state.ids[rows]
+    keep = ~(cur_ids == oid[:, None]).any(axis=1)
+    if not keep.all():
+        rows, oid, d2, cur_ids = rows[keep], oid[keep], d2[keep], cur_ids[keep]
+        if rows.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((oid, d2, rows))
+    rows, oid, d2, cur_ids = rows[order], oid[order], d2[order], cur_ids[order]
+    cur_d2 = state.d2[rows]
+    n = rows.shape[0]
+    starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+    touched = rows[starts]
+    mark = np.zeros(n, dtype=np.int64)
+    mark[starts] = 1
+    group = np.cumsum(mark) - 1  # index into `touched` of each accepted entry
+    valid = cur_ids >= 0
+    # cur_before[a, j]: current entry j of a's row precedes accepted entry a.
+    cur_before = valid & (
+        (cur_d2 < d2[:, None]) | ((cur_d2 == d2[:, None]) & (cur_ids < oid[:, None]))
+    )
+    pos_acc = cur_before.sum(axis=1) + (np.arange(n) - starts[group])
+    # Current entry j moves down by the number of accepted entries of its row before it.
+    acc_before = (valid & ~cur_before).astype(np.int64)
+    shift = np.add.reduceat(acc_before, starts, axis=0)
+    pos_cur = np.arange(K)[None, :] + shift
+    k_t = state.k[touched].astype(np.int64)
+    old_ids = state.ids[touched]
+    old_d2 = state.d2[touched]
+    new_ids = np.full((touched.shape[0], K), -1, dtype=np.int64)
+    new_d2 = np.full((touched.shape[0], K), np.inf)
+    mc = (old_ids >= 0) & (pos_cur < k_t[:, None])
+    ti = np.broadcast_to(np.arange(touched.shape[0])[:, None], mc.shape)[mc]
+    new_ids[ti, pos_cur[mc]] = old_ids[mc]
+    new_d2[ti, pos_cur[mc]] = old_d2[mc]
+    ma = pos_acc < k_t[group]
+    new_ids[group[ma], pos_acc[ma]] = oid[ma]
+    new_d2[group[ma], pos_acc[ma]] = d2[ma]
+    state.ids[touched] = new_ids
+    state.d2[touched] = new_d2
     return touched
 
 
@@ -181,7 +204,7 @@ class Worker:
         method: str,
         space: Rect,
         *,
-        grid: int = 256,
+        grid: int = 1024,
         budget: int = DEFAULT_BUDGET,
         width: int = 1,
         **index_options: float,
@@ -247,7 +270,7 @@ class Worker:
         arrays: StateArrays,
         *,
         groups: npt.ArrayLike | None = None,
-        grid: int = 256,
+        grid: int = 1024,
         budget: int = DEFAULT_BUDGET,
         **index_options: float,
     ) -> Worker:

@@ -6,7 +6,8 @@ Three kinds, one per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3)
 - :class:`SopIndex` — per region subset its rectangle ``R`` and an inverted file; an object
   probes only the subsets whose ``R`` contains it (paper §3.2);
 - :class:`GridIndex` — DkM-SKS: a ``G × G`` grid over the data space, per cell an inverted file
-  of every subscription whose ball overlaps the cell (paper §4.3).
+  of every subscription whose ball overlaps the cell (paper §4.3), with coarser levels for
+  large balls.
 
 All of them are flat numpy structures built on :class:`Postings` (sorted keys + CSR of rows,
 answered with ``searchsorted``) plus a small unsorted *delta* for recent insertions, merged
@@ -15,8 +16,8 @@ may over-approximate it (DESIGN §3 fact 1), which is what makes every maintenan
 
 - deleting a subscription only bumps its row's *epoch*: entries carrying an older epoch are
   dropped at lookup time and physically removed at the next merge;
-- a ball that shrank leaves the subscription in too many cells (grid) or a too-large ``R``
-  (SOP); the grid re-indexes a row only once its radius has halved, SOP recomputes its
+- a ball that shrank leaves the subscription in too many or too coarse cells (grid) or a
+  too-large ``R`` (SOP); the grid re-indexes a row only once its radius has halved, SOP recomputes its
   rectangles after each batch.
 
 Points outside the data space are clamped for cell lookups only (DESIGN §1); boundary cells
@@ -161,6 +162,10 @@ class Postings:
         """
         if qkeys.shape[0] == 0:
             return
+        # Sorted needles make searchsorted several times faster (each search starts from the
+        # previous result); candidate order does not matter to the caller.
+        order = np.argsort(qkeys)
+        qkeys, qowner = qkeys[order], qowner[order]
         # Main part: unique keys -> CSR ranges.
         if self.keys.shape[0]:
             pos = np.minimum(np.searchsorted(self.keys, qkeys), self.keys.shape[0] - 1)
@@ -442,11 +447,16 @@ class SopIndex(_PostingsIndex):
 class GridIndex(_PostingsIndex):
     """DkM-SKS worker index: a ``G × G`` grid, per cell an inverted file (paper §4.3).
 
-    A subscription is posted in every cell its (safe) ball overlaps, under each of its
-    keywords. A ball covering more than ``max_cells`` cells — including the infinite ball of a
-    subscription with fewer than ``k`` results — is posted once per keyword in a virtual
-    *wide* cell that every object also probes: a keyword-only posting is an over-approximation
-    of any ball (DESIGN §3 fact 1) and keeps the index size bounded.
+    A subscription is posted, under each of its keywords, in every cell its (safe) ball
+    overlaps. To keep large balls from filling thousands of cells, the grid is the finest
+    level of a pyramid: level ``l`` merges ``2^l × 2^l`` fine cells (cell index ``c >> l``), up
+    to a top level with a single cell covering the whole plane. A ball is posted at the finest
+    level where it overlaps at most ``max_cells`` cells; an object probes its cell at every
+    level. A coarse cell is the union of the fine cells under it, so posting there is an
+    over-approximation of posting in the fine cells (DESIGN §3 fact 1). The infinite ball of a
+    subscription with fewer than ``k`` results goes to the top cell ("all cells", DESIGN §1).
+    ``levels="flat"`` keeps only the finest level and the top cell (the paper's plain grid,
+    with balls above ``max_cells`` cells treated as all cells).
 
     After a batch, a subscription is re-indexed only when its radius fell below ``shrink``
     times the radius it was indexed with (its old entries become stale).
@@ -456,11 +466,13 @@ class GridIndex(_PostingsIndex):
     space
         The data space (DESIGN §1); points outside it map to the nearest boundary cell.
     grid
-        ``G``, the number of cells per axis.
+        ``G``, the number of fine cells per axis.
     max_cells
-        Balls overlapping more cells than this are posted in the wide cell.
+        Most cells a ball may be posted in at one level.
     shrink
         Re-index threshold on the radius ratio (``0 < shrink < 1``).
+    levels
+        ``"pyramid"`` (default) or ``"flat"``.
     """
 
     kind = "dkm"
@@ -468,28 +480,47 @@ class GridIndex(_PostingsIndex):
     def __init__(
         self,
         space: Rect,
-        grid: int = 256,
+        grid: int = 1024,
         *,
-        max_cells: int = 256,
+        max_cells: int = 16,
         shrink: float = 0.5,
+        levels: str = "pyramid",
         **kw: float,
     ) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         if grid < 1:
             raise ValueError(f"grid must be >= 1, got {grid}")
+        if levels not in ("pyramid", "flat"):
+            raise ValueError(f"levels must be 'pyramid' or 'flat', got {levels!r}")
         self.space = space
         self.G = int(grid)
         self.max_cells = max(int(max_cells), 1)
         self.shrink = float(shrink)
+        #: Top level: every fine cell index shifted by ``top`` is 0 (one cell, the plane).
+        self.top = (self.G - 1).bit_length()
+        self.levels = (
+            list(range(self.top + 1)) if levels == "pyramid" else sorted({0, self.top})
+        )
         w = space.xmax - space.xmin
         h = space.ymax - space.ymin
         self.cw = (w if w > 0 else 1.0) / self.G
         self.ch = (h if h > 0 else 1.0) / self.G
-        self.wide_cell = self.G * self.G
         self.r_indexed = np.zeros(16, dtype=np.float64)
         # Slack added to cell rectangles in the circle test (covers rounding in cell lookup).
         self._mx = 1e-6 * self.cw + 1e-12 * (abs(space.xmin) + abs(space.xmax))
         self._my = 1e-6 * self.ch + 1e-12 * (abs(space.ymin) + abs(space.ymax))
+
+    @property
+    def wide_cell(self) -> int:
+        """Key prefix of the top cell (the whole plane)."""
+        return self._cell_key(self.top, np.int64(0))
+
+    def _side(self, level: int) -> int:
+        """Cells per axis at ``level``."""
+        return ((self.G - 1) >> level) + 1
+
+    def _cell_key(self, level: int, cell: Int64Array | np.int64) -> Int64Array:
+        return level * self.G * self.G + cell  # type: ignore[return-value]
 
     def _ensure(self, n: int) -> None:
         super()._ensure(n)
@@ -499,7 +530,7 @@ class GridIndex(_PostingsIndex):
             )
 
     def cell_x(self, x: Float64Array) -> Int64Array:
-        """Column of each x (clamped; monotone in x, so ranges and lookups agree)."""
+        """Fine column of each x (clamped; monotone in x, so ranges and lookups agree)."""
         c = np.floor((x - self.space.xmin) / self.cw)
         return np.clip(c, 0, self.G - 1).astype(np.int64)
 
@@ -516,41 +547,43 @@ class GridIndex(_PostingsIndex):
         self.r_indexed[rows] = r
         finite = np.isfinite(r)
         cx0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), 0)
-        cx1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), self.G - 1)
+        cx1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), 0)
         cy0 = np.where(finite, self.cell_y(np.where(finite, y0, 0.0)), 0)
-        cy1 = np.where(finite, self.cell_y(np.where(finite, y1, 0.0)), self.G - 1)
-        nx, ny = cx1 - cx0 + 1, cy1 - cy0 + 1
-        wide = ~finite | (nx * ny > self.max_cells)
-
-        kws = state.keywords_of(rows)
-        # Wide rows: one entry per keyword in the virtual wide cell.
-        wrow = np.flatnonzero(wide)
-        if wrow.shape[0]:
-            kw_owner, kw_pos = _expand_ranges(kws.ptr[wrow], kws.ptr[wrow + 1])
-            keys = (np.int64(self.wide_cell) << _KW_BITS) | kws.ids[kw_pos].astype(np.int64)
-            self._insert(keys, rows[wrow][kw_owner])
-        # Narrow rows: enumerate the cell range, keep cells the ball really reaches.
-        nrow = np.flatnonzero(~wide)
-        if nrow.shape[0] == 0:
-            return
-        ncell = (nx * ny)[nrow]
-        own = np.repeat(nrow, ncell)
+        cy1 = np.where(finite, self.cell_y(np.where(finite, y1, 0.0)), 0)
+        # Finest allowed level where the ball's cell range has at most max_cells cells.
+        level = np.full(rows.shape[0], self.top, dtype=np.int64)
+        todo = finite.copy()
+        for lv in self.levels:
+            if lv == self.top or not todo.any():
+                break
+            n_cells = ((cx1 >> lv) - (cx0 >> lv) + 1) * ((cy1 >> lv) - (cy0 >> lv) + 1)
+            ok = todo & (n_cells <= self.max_cells)
+            level[ok] = lv
+            todo &= ~ok
+        lx0, lx1, ly0, ly1 = cx0 >> level, cx1 >> level, cy0 >> level, cy1 >> level
+        nx, ny = lx1 - lx0 + 1, ly1 - ly0 + 1
+        ncell = nx * ny
+        own = np.repeat(np.arange(rows.shape[0], dtype=np.int64), ncell)
         off = np.arange(own.shape[0], dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
-        cx = cx0[own] + off % nx[own]
-        cy = cy0[own] + off // nx[own]
+        lv = level[own]
+        cx = lx0[own] + off % nx[own]
+        cy = ly0[own] + off // nx[own]
+        side = ((self.G - 1) >> lv) + 1
         # Distance from the centre to the (slightly enlarged) cell; boundary cells are open
         # towards the outside because clamped points land in them.
-        lo_x = np.where(cx == 0, -np.inf, self.space.xmin + cx * self.cw - self._mx)
-        hi_x = np.where(cx == self.G - 1, np.inf, self.space.xmin + (cx + 1) * self.cw + self._mx)
-        lo_y = np.where(cy == 0, -np.inf, self.space.ymin + cy * self.ch - self._my)
-        hi_y = np.where(cy == self.G - 1, np.inf, self.space.ymin + (cy + 1) * self.ch + self._my)
+        lo_x = np.where(cx == 0, -np.inf, self.space.xmin + (cx << lv) * self.cw - self._mx)
+        hi_x = np.where(cx == side - 1, np.inf, self.space.xmin + ((cx + 1) << lv) * self.cw + self._mx)
+        lo_y = np.where(cy == 0, -np.inf, self.space.ymin + (cy << lv) * self.ch - self._my)
+        hi_y = np.where(cy == side - 1, np.inf, self.space.ymin + ((cy + 1) << lv) * self.ch + self._my)
         sx, sy = state.x[rows][own], state.y[rows][own]
         ddx = np.maximum(np.maximum(lo_x - sx, 0.0), sx - hi_x)
         ddy = np.maximum(np.maximum(lo_y - sy, 0.0), sy - hi_y)
         rr = r[own]
-        keep = ddx * ddx + ddy * ddy <= rr * rr
-        own, cell = own[keep], (cy * self.G + cx)[keep]
+        keep = ddx * ddx + ddy * ddy <= rr * rr  # always true for an infinite ball
+        own = own[keep]
+        cell = self._cell_key(lv[keep], cy[keep] * side[keep] + cx[keep])
         # (row, cell) x row keywords.
+        kws = state.keywords_of(rows)
         kw_owner, kw_pos = _expand_ranges(kws.ptr[own], kws.ptr[own + 1])
         keys = (cell[kw_owner] << _KW_BITS) | kws.ids[kw_pos].astype(np.int64)
         self._insert(keys, rows[own[kw_owner]])
@@ -573,12 +606,16 @@ class GridIndex(_PostingsIndex):
     ) -> Iterator[tuple[Int64Array, Int64Array]]:
         self._ensure(state.n_rows)
         owner, kw = _object_keyword_pairs(objects)
-        cell = self.cell_y(objects.y) * self.G + self.cell_x(objects.x)
-        keys = np.concatenate([(cell[owner] << _KW_BITS) | kw, (np.int64(self.wide_cell) << _KW_BITS) | kw])
-        yield from self.postings.pairs(keys, np.concatenate([owner, owner]), self.epoch, budget)
+        cx, cy = self.cell_x(objects.x)[owner], self.cell_y(objects.y)[owner]
+        keys = []
+        for lv in self.levels:
+            cell = self._cell_key(lv, (cy >> lv) * self._side(lv) + (cx >> lv))
+            keys.append((cell << _KW_BITS) | kw)
+        owners = np.tile(owner, len(self.levels))
+        yield from self.postings.pairs(np.concatenate(keys), owners, self.epoch, budget)
 
 
-def make_index(method: str, space: Rect, *, grid: int = 256, **kw: float) -> WorkerIndex:
+def make_index(method: str, space: Rect, *, grid: int = 1024, **kw: float) -> WorkerIndex:
     """The worker index of a partitioning method: ``kop``, ``sop`` or ``dkm`` (DESIGN §2)."""
     m = method.lower()
     if m == "kop":
