@@ -204,3 +204,47 @@ def test_build_engine_real_data_equals_oracle(method: str, m: int, real_workload
     assert [x.min_work for x in metrics] == real_workload["counters"].setdefault(
         "min_work", [x.min_work for x in metrics]
     )
+
+
+# ---------------------------------------------------------------------------- dkm simulate
+@pytest.mark.parametrize("method", METHODS)
+def test_simulate_cli_export_equals_oracle(method: str, tmp_path: Path, capsys) -> None:
+    from dkmsks.cli import main
+    from dkmsks.core.model import Vocabulary
+    from dkmsks.io.formats import read_results, write_events, write_objects
+
+    objects, events = adversarial_case(90, timestamps=5)
+    vocab = Vocabulary([f"kw{i}" for i in range(10)])
+    write_objects(tmp_path / "objects.tsv.gz", objects, vocab)
+    write_events(tmp_path / "events.tsv", events, vocab)
+    out = tmp_path / "results.jsonl"
+    code = main([
+        "simulate", "--objects", str(tmp_path / "objects.tsv.gz"), "--events", str(tmp_path / "events.tsv"),
+        "--method", method, "--workers", "3", "--export", str(out), "--as-of", "4",
+        "--theta", "2", "--gamma1", "5", "--gamma2", "3", "--grid", "64", "--quiet",
+    ])
+    assert code == 0
+    assert "4 timestamp(s)" in capsys.readouterr().out
+    got = read_results(out)
+    expected = oracle_results(objects, events, 4)
+    assert sorted(got) == sorted(expected)
+    for sid, row in got.items():
+        assert row["t"] == 4
+        assert row["object_ids"] == expected[sid].object_ids.tolist()
+        assert row["distances"] == expected[sid].distances.tolist()
+
+
+def test_simulate_cli_rejects_bad_flags(tmp_path: Path, capsys) -> None:
+    from dkmsks.cli import main
+
+    code = main(["simulate", "--objects", str(tmp_path / "o.tsv"), "--events", str(tmp_path / "e.tsv"),
+                 "--method", "dkm", "--workers", "0"])
+    assert code == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_simulate_help_states_the_real_grid_default() -> None:
+    from dkmsks.commands.simulate import GRID_HELP_DEFAULT
+    from dkmsks.core.worker_index import DEFAULT_GRID
+
+    assert GRID_HELP_DEFAULT == DEFAULT_GRID

@@ -77,7 +77,7 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
 
 
 #: (method, grid): the grid size only matters for the DkM-SKS index.
-KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64, 1000)]
+KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64, 1000, 32768)]
 
 
 def variant_options(method: str, variant: str) -> dict:
@@ -173,11 +173,11 @@ def test_grid_pyramid_levels() -> None:
     index.maintain(state, force=True)
     cells = (index.postings.keys >> 32).tolist()
     posted = dict(zip(cells, np.diff(index.postings.ptr).tolist()))
-    area = index.G * index.G
     assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
     assert posted.pop(index.wide_cell) == 1  # the infinite ball
     # r = 10 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
-    assert sorted(posted) == [2 * area + c for c in range(9)]
+    level2 = 10 * 10 + 5 * 5  # cells of levels 0 and 1 come first
+    assert sorted(posted) == [level2 + c for c in range(9)]
     assert set(posted.values()) == {1}
 
     flat = make_index("dkm", space, grid=10, max_cells=9, levels="flat")

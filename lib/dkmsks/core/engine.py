@@ -39,7 +39,7 @@ from dkmsks.core.model import (
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
 from dkmsks.core.update import Worker
-from dkmsks.core.worker_index import DEFAULT_BUDGET
+from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID
 
 Clock = Callable[[], float]
 
@@ -152,7 +152,7 @@ class Engine:
         assigner: Assigner,
         *,
         clock: Clock | None = None,
-        grid: int = 1024,
+        grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
         **index_options: float,
     ) -> None:
@@ -366,7 +366,7 @@ def build_engine(
     theta: int = 20,
     gamma1: int = 100_000,
     gamma2: int = 20,
-    grid: int = 1024,
+    grid: int = DEFAULT_GRID,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
     **index_options: float,

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from dkmsks.core.knn_state import KnnState, StateArrays
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
-from dkmsks.core.worker_index import DEFAULT_BUDGET, WorkerIndex, make_index
+from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, make_index
 
 
 @dataclass
@@ -204,7 +204,7 @@ class Worker:
         method: str,
         space: Rect,
         *,
-        grid: int = 1024,
+        grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
         width: int = 1,
         **index_options: float,
@@ -270,7 +270,7 @@ class Worker:
         arrays: StateArrays,
         *,
         groups: npt.ArrayLike | None = None,
-        grid: int = 1024,
+        grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
         **index_options: float,
     ) -> Worker:
