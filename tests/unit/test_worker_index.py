@@ -209,3 +209,23 @@ def real_cache() -> dict:
         inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=3,
     )
     return {"workload": generate_workload(source, spec), "oracle": {}}
+
+
+@pytest.mark.parametrize(("method", "grid"), [("kop", 1), ("sop", 1), ("dkm", 16), ("dkm", 1000)])
+def test_candidates_are_the_key_join_of_probe_and_entries(method: str, grid: int) -> None:
+    """The index contract a table-backed caller relies on: candidates = probe ⋈ entries."""
+    objects, events = adversarial_case(66, timestamps=2)
+    worker = initial_worker(method, objects, events, grid=grid)
+    state, index = worker.state, worker.index
+    batch = objects.take(np.flatnonzero(objects.t == 1))
+    got = sorted(
+        (int(o), int(r)) for obj, rows in index.candidates(state, batch) for o, r in zip(obj, rows)
+    )
+    keys, rows = index.entries(state, state.live_rows())
+    qkeys, owner = index.probe(batch)
+    joined = sorted(
+        (int(o), int(r))
+        for qk, o in zip(qkeys.tolist(), owner.tolist())
+        for r in rows[keys == qk].tolist()
+    )
+    assert got == joined and len(got) > 0

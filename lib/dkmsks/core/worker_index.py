@@ -227,6 +227,10 @@ class WorkerIndex(Protocol):
         self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
     ) -> Iterator[tuple[Int64Array, Int64Array]]: ...
 
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]: ...
+
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]: ...
+
     def updated(self, state: KnnState, rows: Int64Array) -> None: ...
 
     def maintain(self, state: KnnState, force: bool = False) -> None: ...
@@ -235,14 +239,23 @@ class WorkerIndex(Protocol):
 
 
 class _PostingsIndex:
-    """Shared plumbing: per-row epochs and entry counts, merge policy, lookups."""
+    """Shared plumbing: per-row epochs and entry counts, merge policy, lookups.
+
+    Every kind is defined by two pure key functions, which also let a caller keep the
+    postings elsewhere (e.g. a table keyed by ``key``) and join on them:
+
+    - ``entries(state, rows) -> (keys, rows)``: the postings of subscriptions;
+    - ``probe(objects) -> (keys, object index)``: the keys a batch of objects looks up.
+
+    An (object, subscription) pair is a candidate iff they share a key.
+    """
 
     kind = "base"
 
     def __init__(self, *, merge_fraction: float = 0.125, merge_min: int = 1 << 16) -> None:
         self.postings = Postings()
         self.epoch = np.zeros(16, dtype=np.int32)
-        self.entries = np.zeros(16, dtype=np.int64)  # live entries per row
+        self.row_entries = np.zeros(16, dtype=np.int64)  # live entries per row
         self.merge_fraction = merge_fraction
         self.merge_min = merge_min
 
@@ -253,17 +266,21 @@ class _PostingsIndex:
         while cap < n:
             cap *= 2
         self.epoch = np.concatenate([self.epoch, np.zeros(cap - self.epoch.shape[0], np.int32)])
-        self.entries = np.concatenate([self.entries, np.zeros(cap - self.entries.shape[0], np.int64)])
+        self.row_entries = np.concatenate([self.row_entries, np.zeros(cap - self.row_entries.shape[0], np.int64)])
 
     def _insert(self, keys: Int64Array, rows: Int64Array) -> None:
         self.postings.insert(keys, rows, self.epoch[rows])
-        np.add.at(self.entries, rows, 1)
+        if rows.shape[0] > 4096:  # a bulk load: one bincount beats a scattered add
+            counts = np.bincount(rows, minlength=self.row_entries.shape[0])
+            self.row_entries += counts[: self.row_entries.shape[0]]
+        else:
+            np.add.at(self.row_entries, rows, 1)
 
     def _invalidate(self, rows: Int64Array) -> None:
         # Bumping the epoch turns every existing entry of these rows into a stale entry.
         self.epoch[rows] += 1
-        self.postings.n_stale += int(self.entries[rows].sum())
-        self.entries[rows] = 0
+        self.postings.n_stale += int(self.row_entries[rows].sum())
+        self.row_entries[rows] = 0
 
     def forget(self, rows: Int64Array) -> None:
         """Rows freed by the state: their entries become stale (removed at the next merge)."""
@@ -286,24 +303,33 @@ class _PostingsIndex:
     def updated(self, state: KnnState, rows: Int64Array) -> None:  # noqa: ARG002 - no-op
         return None
 
+    def candidates(
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """Candidate ``(object index, row)`` pairs in chunks of about ``budget`` pairs."""
+        self._ensure(state.n_rows)
+        keys, owner = self.probe(objects)
+        yield from self.postings.pairs(keys, owner, self.epoch, budget)
+
 
 class KopIndex(_PostingsIndex):
     """KOP worker index: one inverted file ``keyword → rows`` (paper §3.1, kNN update)."""
 
     kind = "kop"
 
-    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """Key = keyword."""
         rows = np.asarray(rows, dtype=np.int64)
-        self._ensure(state.n_rows)
         kws = state.keywords_of(rows)
-        self._insert(kws.ids.astype(np.int64), rows[kws.owners()])
+        return kws.ids.astype(np.int64), rows[kws.owners()]
 
-    def candidates(
-        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
-    ) -> Iterator[tuple[Int64Array, Int64Array]]:
-        self._ensure(state.n_rows)
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         owner, kw = _object_keyword_pairs(objects)
-        yield from self.postings.pairs(kw, owner, self.epoch, budget)
+        return kw, owner
+
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        self._ensure(state.n_rows)
+        self._insert(*self.entries(state, rows))
 
 
 class SopIndex(_PostingsIndex):
@@ -380,9 +406,7 @@ class SopIndex(_PostingsIndex):
         else:
             local = np.fromiter((self._local(int(g)) for g in np.asarray(groups).tolist()), np.int64, rows.shape[0])
         self.group[rows] = local
-        kws = state.keywords_of(rows)
-        owners = kws.owners()
-        self._insert((local[owners] << _KW_BITS) | kws.ids.astype(np.int64), rows[owners])
+        self._insert(*self.entries(state, rows))
         # Grow each R to cover the new balls at once (correctness); shrink later (lazily).
         x0, y0, x1, y1, _ = ball_boxes(state, rows)
         np.minimum.at(self.rect[:, 0], local, x0)
@@ -424,10 +448,29 @@ class SopIndex(_PostingsIndex):
         if force or self._calls % self.refresh_every == 0:
             self.refresh_rects(state)
 
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """Key = (local subset, keyword); rows must already belong to a subset."""
+        rows = np.asarray(rows, dtype=np.int64)
+        kws = state.keywords_of(rows)
+        owners = kws.owners()
+        return (self.group[rows][owners] << _KW_BITS) | kws.ids.astype(np.int64), rows[owners]
+
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
+        """Keys of the subsets whose current ``R`` holds each object."""
+        parts = list(self._probe_slices(objects))
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z
+        return np.concatenate([k for k, _ in parts]), np.concatenate([o for _, o in parts])
+
     def candidates(
         self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
     ) -> Iterator[tuple[Int64Array, Int64Array]]:
         self._ensure(state.n_rows)
+        for keys, owner in self._probe_slices(objects):
+            yield from self.postings.pairs(keys, owner, self.epoch, budget)
+
+    def _probe_slices(self, objects: Objects) -> Iterator[tuple[Int64Array, Int64Array]]:
         n_groups = len(self.labels)
         if n_groups == 0 or len(objects) == 0:
             return
@@ -447,7 +490,7 @@ class SopIndex(_PostingsIndex):
             offs = np.arange(owner.shape[0], dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
             kw = objects.keywords.ids[objects.keywords.ptr[oi][owner] + offs].astype(np.int64)
             keys = (gi.astype(np.int64)[owner] << _KW_BITS) | kw
-            yield from self.postings.pairs(keys, oi[owner], self.epoch, budget)
+            yield keys, oi[owner]
 
 
 class GridIndex(_PostingsIndex):
@@ -555,8 +598,17 @@ class GridIndex(_PostingsIndex):
         self._ensure(state.n_rows)
         if rows.shape[0] == 0:
             return
-        x0, y0, x1, y1, r = ball_boxes(state, rows)
+        keys, owners, r = self._entries(state, rows)
         self.r_indexed[rows] = r
+        self._insert(keys, owners)
+
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """Key = (pyramid cell, keyword) for every cell the ball is posted in."""
+        keys, owners, _ = self._entries(state, np.asarray(rows, dtype=np.int64))
+        return keys, owners
+
+    def _entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array, Float64Array]:
+        x0, y0, x1, y1, r = ball_boxes(state, rows)
         finite = np.isfinite(r)
         cx0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), 0)
         cx1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), 0)
@@ -598,7 +650,7 @@ class GridIndex(_PostingsIndex):
         kws = state.keywords_of(rows)
         kw_owner, kw_pos = _expand_ranges(kws.ptr[own], kws.ptr[own + 1])
         keys = (cell[kw_owner] << _KW_BITS) | kws.ids[kw_pos].astype(np.int64)
-        self._insert(keys, rows[own[kw_owner]])
+        return keys, rows[own[kw_owner]], r
 
     def updated(self, state: KnnState, rows: Int64Array) -> None:
         """Re-index rows whose ball shrank below ``shrink`` × the indexed radius."""
@@ -613,18 +665,15 @@ class GridIndex(_PostingsIndex):
             self._invalidate(redo)
             self.add(state, redo)
 
-    def candidates(
-        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
-    ) -> Iterator[tuple[Int64Array, Int64Array]]:
-        self._ensure(state.n_rows)
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
+        """Each object's cell at every level, under each of its keywords."""
         owner, kw = _object_keyword_pairs(objects)
         cx, cy = self.cell_x(objects.x)[owner], self.cell_y(objects.y)[owner]
         keys = []
         for lv in self.levels:
             cell = self._cell_key(lv, (cy >> lv) * self._side(lv) + (cx >> lv))
             keys.append((cell << _KW_BITS) | kw)
-        owners = np.tile(owner, len(self.levels))
-        yield from self.postings.pairs(np.concatenate(keys), owners, self.epoch, budget)
+        return np.concatenate(keys), np.tile(owner, len(self.levels))
 
 
 def make_index(method: str, space: Rect, *, grid: int = DEFAULT_GRID, **kw: float) -> WorkerIndex:
