@@ -183,3 +183,14 @@ def test_real_data_slice(rng: np.random.Generator) -> None:
     assert got.sum() > 0
     member = membership(objects, n_keywords)
     np.testing.assert_array_equal(stats.keyword_counts(np.arange(n_keywords)), member.sum(axis=1))
+
+
+def test_big_batches_take_the_sorted_search_path(rng: np.random.Generator) -> None:
+    # More queries than the threshold above which the queries are sorted before searching.
+    objects = synthetic(rng, 1500, 5)
+    stats = ObjectStatistics.build(objects, 5)
+    q = random_rects(rng, objects, 9000)
+    np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
+    kw = rng.integers(0, 6, 9000)
+    expected = brute_kw_rect(objects, membership(objects, 5), kw, q)
+    np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
