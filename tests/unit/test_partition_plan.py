@@ -106,6 +106,19 @@ def test_json_round_trip_and_determinism(method: str) -> None:
     assert make(method, 2) != plan
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_tables_round_trip(method: str) -> None:
+    plan = make(method, 3)
+    meta, subs, sets = plan.to_tables()
+    json.dumps(meta)  # the metadata is JSON-compatible
+    assert len({v.shape[0] for v in subs.values()}) == 1
+    assert len({v.shape[0] for v in sets.values()}) == 1
+    assert PartitionPlan.from_tables(meta, subs, sets) == plan
+    # subset rows may come back shuffled (e.g. from a table scan)
+    perm = np.random.default_rng(0).permutation(len(plan.subsets))
+    assert PartitionPlan.from_tables(meta, subs, {k: v[perm] for k, v in sets.items()}) == plan
+
+
 def test_plan_is_frozen() -> None:
     plan = make("dkm", 2)
     with pytest.raises(ValueError):

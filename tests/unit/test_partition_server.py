@@ -17,14 +17,17 @@ pytestmark = pytest.mark.unit
 
 
 def brute_argmax(rects: np.ndarray, q: np.ndarray) -> tuple[int, float]:
-    best, best_a = -1, 0.0
-    for j, r in enumerate(rects):
-        w = min(r[2], q[2]) - max(r[0], q[0])
-        h = min(r[3], q[3]) - max(r[1], q[1])
-        a = max(w, 0.0) * max(h, 0.0)
-        if a > best_a:
-            best, best_a = j, a
-    return best, best_a
+    """Scan every rectangle: the largest positive overlap area, the first one on ties."""
+    w = np.minimum(rects[:, 2], q[2]) - np.maximum(rects[:, 0], q[0])
+    h = np.minimum(rects[:, 3], q[3]) - np.maximum(rects[:, 1], q[1])
+    a = np.maximum(w, 0.0) * np.maximum(h, 0.0)
+    if a.shape[0] == 0 or a.max() <= 0:
+        return -1, 0.0
+    # Ties: the smallest rectangle, then the first one.
+    ra = (rects[:, 2] - rects[:, 0]) * (rects[:, 3] - rects[:, 1])
+    top = np.flatnonzero(a == a.max())
+    j = int(top[np.argmin(ra[top])])  # argmin returns the first minimum
+    return j, float(a[j])
 
 
 def random_rects(rng: np.random.Generator, n: int, space: Rect) -> np.ndarray:
@@ -38,6 +41,7 @@ def random_rects(rng: np.random.Generator, n: int, space: Rect) -> np.ndarray:
     r[: n // 20] = space.as_tuple()  # some whole-space rectangles
     r[n // 20: n // 10, 2] = r[n // 20: n // 10, 0]  # some degenerate (zero-area) ones
     r[-5:] = r[:5]  # exact duplicates: ties go to the lower index
+    r[n // 10: n // 10 + 20] = r[n // 10 + 20: n // 10 + 40]  # duplicates, first one later
     return r
 
 
@@ -65,6 +69,11 @@ def test_rect_index_edge_cases() -> None:
     # touching only along an edge or a corner is no overlap; a zero-area query finds nothing
     got, _ = idx.query([[1, 1, 2, 2], [5, 5, 5, 5], [0.5, 0.5, 9.5, 9.5]])
     assert got.tolist() == [-1, -1, 0]
+    # R_n inside several rectangles: all overlap by area(R_n); the smallest wins, and of two
+    # identical ones the first.
+    idx = RectIndex([[0, 0, 10, 10], [2, 2, 8, 8], [4, 4, 6, 6], [3, 3, 7, 7], [4, 4, 6, 6]], space)
+    got, area = idx.query([[4.5, 4.5, 5.5, 5.5], [1, 1, 9, 9]])
+    assert got.tolist() == [2, 0] and area.tolist() == [1.0, 64.0]
     # degenerate data space
     idx = RectIndex([[3, 3, 3, 3]], Rect(3, 3, 3, 3))
     assert idx.query([[3, 3, 3, 3]])[0].tolist() == [-1]

@@ -273,6 +273,65 @@ class PartitionPlan:
             subsets=SubsetTable.from_dict(d["subsets"]),
         )
 
+    # ---- columnar form (for Delta tables / Parquet) ---------------------------------------
+    def to_tables(self) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The plan as three parts a table writer can store without JSON:
+
+        ``(meta, subscriptions, subsets)`` where ``meta`` is a small JSON-compatible dict
+        (method, m, params, space, n_objects, load_weight, format) and the other two are dicts
+        of equal-length 1-D numpy columns: ``sub_id, worker, weight, subset`` and
+        ``subset, xmin, ymin, xmax, ymax, rxmin, rymin, rxmax, rymax, weight, size, worker,
+        kind, depth`` (``x*``/``y*`` = ``R``, ``r*`` = region).
+        """
+        d = self.to_dict()
+        meta = {k: d[k] for k in ("format", "method", "m", "params", "space", "n_objects",
+                                  "load_weight")}
+        subs = {"sub_id": self.sub_ids, "worker": self.worker, "weight": self.weight,
+                "subset": self.subset}
+        ss = self.subsets
+        sets = {
+            "subset": np.arange(len(ss), dtype=np.int64),
+            "xmin": ss.rect[:, 0], "ymin": ss.rect[:, 1], "xmax": ss.rect[:, 2], "ymax": ss.rect[:, 3],
+            "rxmin": ss.region[:, 0], "rymin": ss.region[:, 1], "rxmax": ss.region[:, 2],
+            "rymax": ss.region[:, 3],
+            "weight": ss.weight, "size": ss.size, "worker": ss.worker, "kind": ss.kind,
+            "depth": ss.depth,
+        }
+        return meta, subs, sets
+
+    @staticmethod
+    def from_tables(
+        meta: dict[str, Any], subscriptions: dict[str, Any], subsets: dict[str, Any]
+    ) -> PartitionPlan:
+        """Inverse of :meth:`to_tables`; rows may come back in any order (they are re-sorted
+        by ``subset``; subscriptions keep the order given)."""
+        order = np.argsort(np.asarray(subsets["subset"], dtype=np.int64), kind="stable")
+        col = {k: np.asarray(v)[order] for k, v in subsets.items()}
+        if not np.array_equal(col["subset"], np.arange(order.shape[0])):
+            raise ValueError("subset table rows must be numbered 0..n-1")
+        table = SubsetTable(
+            rect=np.stack([col["xmin"], col["ymin"], col["xmax"], col["ymax"]], axis=1),
+            region=np.stack([col["rxmin"], col["rymin"], col["rxmax"], col["rymax"]], axis=1),
+            weight=col["weight"], size=col["size"], worker=col["worker"], kind=col["kind"],
+            depth=col["depth"],
+        )
+        d = dict(meta)
+        d.update(sub_ids=subscriptions["sub_id"], worker=subscriptions["worker"],
+                 weight=subscriptions["weight"], subset=subscriptions["subset"])
+        fmt = d.get("format", PLAN_FORMAT_VERSION)
+        if fmt != PLAN_FORMAT_VERSION:
+            raise ValueError(f"unsupported partition plan format {fmt}; expected {PLAN_FORMAT_VERSION}")
+        return PartitionPlan(
+            method=Method.from_str(d["method"]), m=int(d["m"]), params=dict(d["params"]),
+            space=Rect(*(float(v) for v in d["space"])), n_objects=int(d["n_objects"]),
+            sub_ids=np.asarray(d["sub_ids"], dtype=np.int64),
+            worker=np.asarray(d["worker"], dtype=np.int32),
+            weight=np.asarray(d["weight"], dtype=np.int64),
+            subset=np.asarray(d["subset"], dtype=np.int64),
+            load_weight=np.asarray(d["load_weight"], dtype=np.int64),
+            subsets=table,
+        )
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
 

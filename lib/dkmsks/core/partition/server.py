@@ -12,8 +12,13 @@ Estimates for a new subscription ``s_n`` (DESIGN §2):
   Eq. 3 with ``S_r = {s_n}``).
 - DkM-SKS: ``R_n`` as for SOP; ``S* = argmax_{S_r} area(R ∩ R_n)`` over the plan's subsets
   (Eq. 7) through :class:`RectIndex`; cost = Eq. 5 with ``R*``, the ``R`` of ``S*``, or with
-  ``R_n`` when no subset overlaps ``R_n`` with positive area. Among subsets with the same
-  overlap area the one listed first in the plan (the more expensive one) wins.
+  ``R_n`` when no subset overlaps ``R_n`` with positive area. Ties are the rule, not the
+  exception: every subset whose ``R`` contains ``R_n`` overlaps it by ``area(R_n)``, and a plan
+  usually has whole-space subsets (a subscription with fewer than ``k`` matches makes its
+  subset's ``R`` the whole space). Among equal overlaps we take the subset with the smallest
+  ``R`` — the tightest rectangle around ``R_n``, the most local estimate — then the one listed
+  first in the plan. (Taking the first listed would almost always pick a whole-space subset
+  and turn the estimate into Eq. 1.)
 
 The estimate only balances load: a worker must index a new subscription with its *actual*
 ball (the whole space until it has ``k`` results), never with ``R_n`` (DESIGN §2).
@@ -47,18 +52,25 @@ _SLACK = 1e-6
 class RectIndex:
     """Max-overlap search over many rectangles (Eq. 7), a multi-level grid in numpy.
 
-    Level ``l`` has ``2^l × 2^l`` cells over the data space. A rectangle is filed once, at the
-    finest level whose cells are at least as large as it (so it spans at most 2×2 cells), in
-    the cell holding its lower-left corner. A query at level ``l`` reads the cells its own
-    cell range touches, widened by one cell down and left — the only cells whose rectangles
-    can reach it — as contiguous ranges of a key-sorted array (one range per cell row).
+    ``query`` returns, per query rectangle, the rectangle with the largest positive overlap
+    area; among equal overlaps the one with the smallest area (the tightest rectangle, e.g.
+    the smallest ``R`` containing the query), then the lowest index.
 
-    Levels are searched coarse to fine; a query skips a level once its best overlap exceeds
-    the largest rectangle area at that level (no rectangle there can beat it). Rectangles of
-    zero area never have a positive overlap and are not filed.
+    Level ``l`` has ``2^l × 2^l`` cells over the data space. A rectangle belongs to the finest
+    level whose cells are at least as large as it, but at least ``base_level``, and is filed in
+    every cell of that level it touches (at most 2×2 cells at its own level; coarse rectangles
+    are copied into the cells of ``base_level`` so a small query only reads the large
+    rectangles that actually reach its cell). A query reads, per level, the cells its own cell
+    range touches, as contiguous ranges of a key-sorted array (one range per cell row).
+    Levels are searched coarse to fine; a query skips a level once its best overlap exceeds the
+    largest rectangle area there (nothing there can match it). Rectangles of zero area never
+    overlap positively and are not filed; of identical rectangles only the first is filed
+    (it wins every tie against the others).
     """
 
-    def __init__(self, rects: npt.ArrayLike, space: Rect, *, max_level: int = 20) -> None:
+    def __init__(
+        self, rects: npt.ArrayLike, space: Rect, *, max_level: int = 20, base_level: int = 4
+    ) -> None:
         r = np.asarray(rects, dtype=np.float64).reshape(-1, 4)
         self.rects = r
         self.n = r.shape[0]
@@ -71,19 +83,32 @@ class RectIndex:
         h = r[:, 3] - r[:, 1]
         self.area = np.maximum(w, 0.0) * np.maximum(h, 0.0)
         keep = np.flatnonzero(self.area > 0)
-        lx = self._fit_level(w[keep], self.W)
-        ly = self._fit_level(h[keep], self.H)
-        lev = np.minimum(lx, ly)
+        if keep.shape[0]:
+            # First of each group of identical rectangles (np.unique keeps the first index).
+            _, first = np.unique(r[keep], axis=0, return_index=True)
+            keep = np.sort(keep[first])
+        lev = np.minimum(self._fit_level(w[keep], self.W), self._fit_level(h[keep], self.H))
+        lev = np.maximum(lev, min(int(base_level), self.max_level))
         self.levels: list[tuple[int, Int64Array, Int64Array, float]] = []
         for lv in np.unique(lev):
             sel = keep[lev == lv]
             g = 1 << int(lv)
-            ix = self._cell(r[sel, 0], self.x0, self.W, g)
-            iy = self._cell(r[sel, 1], self.y0, self.H, g)
-            key = iy * g + ix
-            order = np.lexsort((sel, key))
+            ix0 = self._cell(r[sel, 0], self.x0, self.W, g)
+            ix1 = self._cell(r[sel, 2], self.x0, self.W, g)
+            iy0 = self._cell(r[sel, 1], self.y0, self.H, g)
+            iy1 = self._cell(r[sel, 3], self.y0, self.H, g)
+            nx, ny = ix1 - ix0 + 1, iy1 - iy0 + 1
+            # One entry per (rectangle, touched cell).
+            per = nx * ny
+            owner = np.repeat(np.arange(sel.shape[0]), per)
+            j = np.arange(owner.shape[0]) - np.repeat(np.cumsum(per) - per, per)
+            cx = ix0[owner] + j % nx[owner]
+            cy = iy0[owner] + j // nx[owner]
+            key = cy * g + cx
+            ids = sel[owner]
+            order = np.lexsort((ids, key))
             self.levels.append(
-                (int(lv), key[order], sel[order].astype(np.int64), float(self.area[sel].max()))
+                (int(lv), key[order], ids[order].astype(np.int64), float(self.area[sel].max()))
             )
 
     def _fit_level(self, ext: Float64Array, total: float) -> npt.NDArray[np.int64]:
@@ -99,16 +124,19 @@ class RectIndex:
 
     @staticmethod
     def _cell(v: Float64Array, origin: float, total: float, g: int) -> npt.NDArray[np.int64]:
+        # Monotone in v, so a rectangle overlapping a query shares at least one cell with it.
         c = np.floor((v - origin) / (total / g))
         return np.clip(np.nan_to_num(c), 0, g - 1).astype(np.int64)
 
     def query(self, q: npt.ArrayLike) -> tuple[Int64Array, Float64Array]:
-        """For each query rectangle ``[xmin, ymin, xmax, ymax]``: the rectangle with the
-        largest positive overlap area (lowest index on ties), or ``-1``; and that area."""
+        """For each query rectangle ``[xmin, ymin, xmax, ymax]``: the rectangle with the largest
+        positive overlap area (ties: smallest area, then lowest index), or ``-1``; and that
+        overlap area."""
         q = np.asarray(q, dtype=np.float64).reshape(-1, 4)
         nq = q.shape[0]
         best = np.full(nq, -1, dtype=np.int64)
         best_a = np.zeros(nq, dtype=np.float64)
+        best_ra = np.full(nq, np.inf)
         qa = np.maximum(q[:, 2] - q[:, 0], 0) * np.maximum(q[:, 3] - q[:, 1], 0)
         live = qa > 0
         for lv, keys, ids, max_area in self.levels:
@@ -116,48 +144,48 @@ class RectIndex:
             if act.shape[0] == 0:
                 continue
             g = 1 << lv
-            qx0 = np.maximum(self._cell(q[act, 0], self.x0, self.W, g) - 1, 0)
+            qx0 = self._cell(q[act, 0], self.x0, self.W, g)
             qx1 = self._cell(q[act, 2], self.x0, self.W, g)
-            qy0 = np.maximum(self._cell(q[act, 1], self.y0, self.H, g) - 1, 0)
+            qy0 = self._cell(q[act, 1], self.y0, self.H, g)
             qy1 = self._cell(q[act, 3], self.y0, self.H, g)
             # Restrict to occupied rows so huge queries at fine levels stay cheap.
-            lo_row, hi_row = int(keys[0] // g), int(keys[-1] // g)
-            qy0 = np.maximum(qy0, lo_row)
-            qy1 = np.minimum(qy1, hi_row)
+            qy0 = np.maximum(qy0, int(keys[0] // g))
+            qy1 = np.minimum(qy1, int(keys[-1] // g))
             nrows = np.maximum(qy1 - qy0 + 1, 0)
-            if int(nrows.sum()) == 0:
+            n_pairs = int(nrows.sum())
+            if n_pairs == 0:
                 continue
             qi = np.repeat(np.arange(act.shape[0]), nrows)
-            row = np.repeat(qy0 - np.concatenate([[0], np.cumsum(nrows)[:-1]]), nrows) + np.arange(
-                qi.shape[0]
-            )
+            row = np.repeat(qy0 - (np.cumsum(nrows) - nrows), nrows) + np.arange(n_pairs)
             lo = np.searchsorted(keys, row * g + qx0[qi], side="left")
             hi = np.searchsorted(keys, row * g + qx1[qi], side="right")
-            cnt = np.maximum(hi - lo, 0)
+            cnt = hi - lo
             tot = int(cnt.sum())
             if tot == 0:
                 continue
             cq = np.repeat(qi, cnt)
-            pos = np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(tot)
-            cand = ids[pos]
+            cand = ids[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(tot)]
             qq = q[act[cq]]
             rr = self.rects[cand]
             ow = np.minimum(qq[:, 2], rr[:, 2]) - np.maximum(qq[:, 0], rr[:, 0])
             oh = np.minimum(qq[:, 3], rr[:, 3]) - np.maximum(qq[:, 1], rr[:, 1])
             area = np.maximum(ow, 0.0) * np.maximum(oh, 0.0)
-            pos_ = area > 0
-            if not pos_.any():
+            pos = area > 0
+            if not pos.any():
                 continue
-            cq, cand, area = cq[pos_], cand[pos_], area[pos_]
-            # Per query: the largest area, then the lowest rectangle index.
-            order = np.lexsort((cand, -area, cq))
-            first = order[np.concatenate([[True], cq[order][1:] != cq[order][:-1]])]
+            cq, cand, area = cq[pos], cand[pos], area[pos]
+            ra = self.area[cand]
+            # Per query: the largest overlap, then the smallest rectangle, then the lowest index.
+            order = np.lexsort((cand, ra, -area, cq))
+            head = np.ones(order.shape[0], dtype=bool)
+            head[1:] = cq[order][1:] != cq[order][:-1]
+            first = order[head]
             tq = act[cq[first]]
-            a_new, c_new = area[first], cand[first]
+            a_new, r_new, c_new = area[first], ra[first], cand[first]
             better = (a_new > best_a[tq]) | ((a_new == best_a[tq]) & (
-                (best[tq] < 0) | (c_new < best[tq])))
-            best[tq[better]] = c_new[better]
-            best_a[tq[better]] = a_new[better]
+                (r_new < best_ra[tq]) | ((r_new == best_ra[tq]) & (c_new < best[tq]))))
+            tq, a_new, r_new, c_new = tq[better], a_new[better], r_new[better], c_new[better]
+            best[tq], best_a[tq], best_ra[tq] = c_new, a_new, r_new
         return best, best_a
 
 
