@@ -365,3 +365,28 @@ def test_merge_matches_full_sort_on_random_input(rng: np.random.Generator) -> No
         best = sorted(expected_sets[i])[: k[i]]
         assert res[i].object_ids.tolist() == [o for _, o in best]
         assert res[i].d2.tolist() == [d for d, _ in best]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_changed_arrays_are_exactly_the_changed_results(method: str) -> None:
+    objects, events = adversarial_case(23, timestamps=4)
+    worker = initial_worker(method, objects, events, grid=3)
+    for t in range(1, 5):
+        before = oracle_results(objects, events, t - 1)
+        apply_events(worker, events, t, in_batch=False)
+        stats = worker.process(objects.take(np.flatnonzero(objects.t == t)))
+        changed = worker.changed_arrays(stats)
+        after = oracle_results(objects, events, t)
+        live_now = live_subscriptions(events, t)
+        new_at_t = set(live_now.ids[live_now.t == t].tolist())  # incl. re-registered ids
+        expected = sorted(
+            sid for sid, r in after.items()
+            if sid not in new_at_t and not np.array_equal(before[sid].object_ids, r.object_ids)
+        )
+        got = changed.sub_ids.tolist()
+        # Every old subscription whose result changed is exported, and only changed or new ones.
+        assert set(expected) <= set(got) <= set(expected) | new_at_t
+        assert got == sorted(got)
+        for i, sid in enumerate(got):
+            n = int((changed.ids[i] >= 0).sum())
+            assert changed.ids[i, :n].tolist() == after[sid].object_ids.tolist()

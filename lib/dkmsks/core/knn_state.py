@@ -364,11 +364,21 @@ class KnnState:
             out[sid] = KnnResult(ids[:n].copy(), self.d2[row, :n].copy())
         return out
 
-    def to_arrays(self) -> StateArrays:
-        """Live subscriptions and their results as arrays, ascending by subscription id."""
-        rows = self._map_rows
+    def to_arrays(self, rows: Int64Array | None = None) -> StateArrays:
+        """Subscriptions and their results as arrays.
+
+        ``rows=None`` exports every live subscription, ascending by id; otherwise the given
+        rows (e.g. those a batch updated, so that a caller writes only changed state), keeping
+        only rows that hold a live subscription, ascending by id.
+        """
+        if rows is None:
+            rows = self._map_rows
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            rows = rows[self.in_use[rows] & (self.end_t[rows] == NEVER)]
+            rows = rows[np.argsort(self.sub_id[rows], kind="stable")]
         return StateArrays(
-            self._map_ids.copy(),
+            self.sub_id[rows].copy(),
             self.x[rows].copy(),
             self.y[rows].copy(),
             self.keywords_of(rows),
