@@ -24,6 +24,10 @@ Exactness (DESIGN §1) needs care beyond a plain tree query:
   every point the tree did not return is then provably farther. Otherwise the pair falls back
   to a ball query that returns *every* point within the k-th distance, which is re-ranked.
 
+Subscriptions are answered in chunks taken in Z-order (Morton order) of their location, so
+consecutive queries of a tree touch the same nodes (~2.5x faster than random order), and the
+chunks run in parallel threads.
+
 Candidates are ranked as complex numbers ``d² + 1j·rank(id)`` because numpy sorts complex
 values lexicographically (real part, then imaginary part): one plain row-wise sort gives the
 ``(d², id)`` order, several times cheaper than a two-key ``lexsort``.
@@ -32,6 +36,8 @@ values lexicographically (real part, then imaginary part): one plain row-wise so
 from __future__ import annotations
 
 import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +51,9 @@ from dkmsks.core.model import Float64Array, Int64Array, Objects, Subscriptions
 _REL_SLACK = 1e-9
 
 Complex128Array = npt.NDArray[np.complex128]
+
+#: Smallest chunk worth a thread of its own in :meth:`StaticKnnIndex.query`.
+_MIN_PARALLEL_CHUNK = 16384
 
 
 def _spread_bits(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -76,7 +85,9 @@ class StaticKnnIndex:
         How many neighbours beyond the largest ``k`` of a keyword's batch the tree is asked
         for; the slack that lets most pairs prove their k-th neighbour without a fallback.
     workers
-        Threads for the ``cKDTree`` queries (``-1``: all cores).
+        Threads for :meth:`query` (``-1``: one per core, ``1``: none). Chunks of
+        subscriptions are answered concurrently, each thread running its own tree queries and
+        numpy work (both release the GIL). Use a small value inside a Spark task.
     chunk_size
         Subscriptions answered per internal batch; bounds the temporary memory (about
         ``chunk_size · keywords per subscription · K · 16`` bytes) at little cost in speed.
@@ -230,16 +241,38 @@ class StaticKnnIndex:
         # Answer subscriptions in Z-order (Morton) of their location: consecutive tree
         # queries then walk the same tree nodes, measured ~2.5x faster than random order.
         order = np.argsort(self._morton(subs.x, subs.y), kind="stable")
-        for lo in range(0, n, self.chunk_size):
-            rows = order[lo : lo + self.chunk_size]
-            z = self._query_chunk(subs.take(rows), kmax)
+        threads = self._threads()
+        chunk = self.chunk_size
+        if threads > 1 and n >= 2 * _MIN_PARALLEL_CHUNK:
+            # Enough work for every thread to get at least one chunk.
+            chunk = min(chunk, max(_MIN_PARALLEL_CHUNK, -(-n // threads)))
+        bounds = list(range(0, n, chunk))
+
+        def run(lo: int, tree_workers: int) -> None:
+            rows = order[lo : lo + chunk]
+            z = self._query_chunk(subs.take(rows), kmax, tree_workers)
             filled = z.imag < self.n_objects
             ranks = np.where(filled, z.imag, 0).astype(np.int64)
+            # Chunks own disjoint rows, so concurrent writes never overlap.
             out_ids[rows, :kmax] = np.where(filled, self._ids[ranks], -1)
             out_d2[rows, :kmax] = z.real
+
+        if threads > 1 and len(bounds) > 1:
+            # numpy and the tree release the GIL in their heavy loops, so whole chunks run in
+            # parallel threads (each tree query single-threaded); this also parallelises the
+            # numpy ranking and merging, which a threaded tree query alone would not.
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                for f in [pool.submit(run, lo, 1) for lo in bounds]:
+                    f.result()
+        else:
+            for lo in bounds:
+                run(lo, self.workers)
         return out_ids, out_d2
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _threads(self) -> int:
+        return (os.cpu_count() or 1) if self.workers < 1 else self.workers
 
     def _morton(self, x: Float64Array, y: Float64Array) -> npt.NDArray[np.uint64]:
         """Z-order code of each point on a 2^16 x 2^16 grid over the objects' bounding box."""
@@ -255,7 +288,7 @@ class StaticKnnIndex:
         """Empty slots: ``d² = inf`` and rank ``n`` (sorts after every real candidate)."""
         return np.full(shape, complex(np.inf, self.n_objects), dtype=np.complex128)
 
-    def _query_chunk(self, subs: Subscriptions, kmax: int) -> Complex128Array:
+    def _query_chunk(self, subs: Subscriptions, kmax: int, tree_workers: int) -> Complex128Array:
         """``[len(subs), kmax]`` candidates ``d² + 1j·rank``, each row in ``(d², id)`` order."""
         n = len(subs)
         k = np.asarray(subs.k, dtype=np.int64)
@@ -272,7 +305,7 @@ class StaticKnnIndex:
         lists = self._pad((n_pairs, kmax))
         small = counts <= self.brute_force_max
         self._brute_force(lists, np.flatnonzero(small), owner, kw, k, subs)
-        self._tree_pairs(lists, np.flatnonzero(~small), owner, kw, k, subs)
+        self._tree_pairs(lists, np.flatnonzero(~small), owner, kw, k, subs, tree_workers)
         # Slots beyond a pair's own k never reach the merged top-k, blank them anyway so each
         # list holds exactly what was proven.
         cols = np.arange(kmax)
@@ -316,6 +349,7 @@ class StaticKnnIndex:
         kw: Int64Array,
         k: Int64Array,
         subs: Subscriptions,
+        tree_workers: int,
     ) -> None:
         """Pairs of keywords with a tree: one batched tree query per keyword."""
         if pairs.size == 0:
@@ -339,8 +373,7 @@ class StaticKnnIndex:
             kg = k[s]
             q = min(int(kg.max()) + self.extra, n_kw)
             # Threads only pay off for big batches; tiny ones would mostly spawn threads.
-            workers = self.workers if m >= 2048 else 1
-            dist, idx = tree.query(pts[s], k=q, workers=workers)
+            dist, idx = tree.query(pts[s], k=q, workers=tree_workers if m >= 2048 else 1)
             dist = dist.reshape(m, q)
             idx = idx.reshape(m, q)
             # Coordinates and ranks from the keyword's own (small, contiguous) arrays rather
@@ -376,7 +409,7 @@ class StaticKnnIndex:
                 if unproven.size:
                     fallback.append((key, g[unproven]))
         for key, g in fallback:
-            self._ball_fallback(lists, key, g, owner, k, subs)
+            self._ball_fallback(lists, key, g, owner, k, subs, tree_workers)
 
     def _ball_fallback(
         self,
@@ -386,6 +419,7 @@ class StaticKnnIndex:
         owner: Int64Array,
         k: Int64Array,
         subs: Subscriptions,
+        tree_workers: int,
     ) -> None:
         """Re-answer pairs whose k-th distance ties with points the tree may have left out.
 
@@ -400,7 +434,7 @@ class StaticKnnIndex:
         kth = lists[g, k[s] - 1].real
         radius = np.sqrt(kth) * (1.0 + _REL_SLACK) + np.finfo(np.float64).tiny
         found = tree.query_ball_point(
-            np.column_stack((sx, sy)), r=radius, workers=self.workers, return_sorted=False
+            np.column_stack((sx, sy)), r=radius, workers=tree_workers, return_sorted=False
         )
         lengths = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
         flat = np.fromiter(
