@@ -4,6 +4,14 @@ Pure numpy: no Spark, no file I/O, no clock, no randomness. Entry points:
 
 - :func:`partition` — the initial partition of ``S`` into a :class:`PartitionPlan`;
 - :class:`MainServer` — assigns new subscriptions and handles deletions with ``C(w)``.
+
+A plan travels as JSON (:meth:`PartitionPlan.to_json`) or, for tables, as
+:meth:`PartitionPlan.to_tables` (a small JSON-compatible ``meta`` dict plus numpy columns per
+subscription and per subset) and back with :meth:`PartitionPlan.from_tables`.
+
+Measured on 2 shared cores, 1M real objects and 1M paper-protocol subscriptions, ``m = 20``
+(``bench/bench_partition.py``): KOP 0.4 s; SOP 0.6 s; DkM-SKS (Algorithm 2 + 3, 859k subsets)
+16 s, plus 10 s for the initial kNN that SOP and DkM-SKS need.
 """
 
 from __future__ import annotations

@@ -215,7 +215,3 @@ def run_starts(sorted_keys: npt.NDArray[np.int64]) -> Int64Array:
         return np.zeros(0, dtype=np.int64)
     change = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
     return np.concatenate([[0], change]).astype(np.int64)
-
-
-def space_rect_array(space: Rect) -> Float64Array:
-    return np.array([space.as_tuple()], dtype=np.float64)

@@ -279,7 +279,7 @@ def _split_prefix(levels: list[_Level], target: int) -> tuple[list[BoolArray], t
     Returns per-level split flags and the cut key ``(-weight, depth, rank)`` (``None`` when the
     target is not reached by splitting every expanded node).
     """
-    w, d, r, gain, lv, ix = [], [], [], [], [], []
+    w, d, r, gain = [], [], [], []
     for depth, lvl in enumerate(levels):
         e = np.flatnonzero(lvl.expanded & ~lvl.dead)
         w.append(lvl.weight[e])

@@ -6,7 +6,6 @@ import heapq
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dkmsks.core.model import Float64Array, Int64Array, Rect, Subscriptions
 from dkmsks.core.partition._common import (
