@@ -194,3 +194,26 @@ def test_big_batches_take_the_sorted_search_path(rng: np.random.Generator) -> No
     kw = rng.integers(0, 6, 9000)
     expected = brute_kw_rect(objects, membership(objects, 5), kw, q)
     np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
+
+
+def test_threaded_batches_match_brute_force(rng: np.random.Generator) -> None:
+    # Big enough to be split over threads (and sorted before searching) in every call.
+    objects = synthetic(rng, 400, 4)
+    m = 70_000
+    q = random_rects(rng, objects, m)
+    kw = rng.integers(0, 5, m)
+    member = membership(objects, 4)
+    expected = np.concatenate([brute_rect(objects, tuple(c[i : i + 10_000] for c in q)) for i in range(0, m, 10_000)])
+    x, y = objects.x[None, :], objects.y[None, :]
+    expected_kw = np.zeros(m, dtype=np.int64)
+    for i in range(0, m, 10_000):
+        s = slice(i, i + 10_000)
+        inside = (x >= q[0][s, None]) & (x <= q[2][s, None]) & (y >= q[1][s, None]) & (y <= q[3][s, None])
+        has = np.zeros((kw[s].size, len(objects)), dtype=bool)
+        ok = kw[s] < 4
+        has[ok] = member[kw[s][ok]]
+        expected_kw[s] = (inside & has).sum(axis=1)
+    for workers in (2, 3, 1):
+        stats = ObjectStatistics.build(objects, 4, workers=workers)
+        np.testing.assert_array_equal(stats.count_in_rects(*q), expected)
+        np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected_kw)

@@ -24,6 +24,10 @@ is the same question restricted to the keyword's block.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import numpy.typing as npt
 
@@ -131,6 +135,9 @@ class _WaveletMatrix:
         return both[:m] - both[m:]
 
 
+#: Batches of at least twice this many queries are split over threads.
+_PARALLEL_FROM = 32768
+
 #: Below this many queries a plain binary search is cheaper than sorting the queries first.
 _SORT_QUERIES_FROM = 4096
 
@@ -180,9 +187,10 @@ class ObjectStatistics:
         ys: Float64Array,
         counts: Int64Array,
         space: _WaveletMatrix,
-        kw_start: Int64Array,
         kw_key: Int64Array,
         kw_matrix: _WaveletMatrix,
+        *,
+        workers: int = -1,
     ) -> None:
         self.n_objects = int(xs.shape[0])
         self.n_keywords = int(counts.shape[0])
@@ -190,12 +198,12 @@ class ObjectStatistics:
         self._ys = ys  # y of every object, ascending (defines the y-ranks)
         self._counts = counts
         self._space = space
-        self._kw_start = kw_start  # CSR start of each keyword's block of postings
         self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
         self._kw_matrix = kw_matrix
+        self._threads = (os.cpu_count() or 1) if workers < 1 else workers
 
     @classmethod
-    def build(cls, objects: Objects, n_keywords: int) -> ObjectStatistics:
+    def build(cls, objects: Objects, n_keywords: int, *, workers: int = -1) -> ObjectStatistics:
         """Index ``O_init`` for Eq. 1, 2 and 4.
 
         Parameters
@@ -205,6 +213,9 @@ class ObjectStatistics:
         n_keywords
             Vocabulary size at build time; keyword ids ``>= n_keywords`` count zero. Postings
             with such ids (should not happen) are ignored.
+        workers
+            Threads for big query batches (``-1``: one per core, ``1``: none); never changes
+            a count.
         """
         n = len(objects)
         n_bits = max(1, int(n).bit_length())  # y-ranks are < n < 2**n_bits
@@ -225,19 +236,38 @@ class ObjectStatistics:
         ok = (kws >= 0) & (kws < n_keywords)
         owners, kws = owners[ok], kws[ok]
         counts = np.bincount(kws, minlength=n_keywords).astype(np.int64)[:n_keywords]
-        kw_start = np.zeros(n_keywords + 1, dtype=np.int64)
-        np.cumsum(counts, out=kw_start[1:])
         key = kws * (n + 1) + x_pos[owners]
         order = np.argsort(key, kind="stable")
         kw_key = key[order]
         kw_matrix = _WaveletMatrix(y_rank[owners[order]], n_bits)
-        return cls(xs, ys, counts, space, kw_start, kw_key, kw_matrix)
+        return cls(xs, ys, counts, space, kw_key, kw_matrix, workers=workers)
 
     def keyword_counts(self, kw: npt.ArrayLike) -> Int64Array:
         """``|O_λ|`` for every keyword id in ``kw`` (Eq. 1); unseen ids give 0."""
         kw = np.atleast_1d(np.asarray(kw, dtype=np.int64))
         valid = (kw >= 0) & (kw < self.n_keywords)
         return np.where(valid, self._counts[np.where(valid, kw, 0)], 0).astype(np.int64)
+
+    def _in_threads(self, fn: Callable[..., Int64Array], *arrays: npt.NDArray) -> Int64Array:
+        """``fn(*arrays)``, for big batches as contiguous slices in parallel threads.
+
+        numpy releases the GIL in the sorts, binary searches, gathers and arithmetic that make
+        up all of the work, so the slices really run concurrently.
+        """
+        m = arrays[0].shape[0]
+        if self._threads <= 1 or m < 2 * _PARALLEL_FROM:
+            return fn(*arrays)
+        n_parts = min(self._threads, m // _PARALLEL_FROM)
+        cuts = np.linspace(0, m, n_parts + 1).astype(np.int64).tolist()
+        out = np.empty(m, dtype=np.int64)
+
+        def run(a: int, b: int) -> None:
+            out[a:b] = fn(*(x[a:b] for x in arrays))
+
+        with ThreadPoolExecutor(max_workers=n_parts) as pool:
+            for f in [pool.submit(run, a, b) for a, b in zip(cuts[:-1], cuts[1:])]:
+                f.result()
+        return out
 
     def _rank_bounds(
         self, xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array
@@ -261,6 +291,11 @@ class ObjectStatistics:
         )
         if xmin.shape[0] == 0 or self.n_objects == 0:
             return np.zeros(xmin.shape[0], dtype=np.int64)
+        return self._in_threads(self._count_in_rects, xmin, ymin, xmax, ymax)
+
+    def _count_in_rects(
+        self, xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array
+    ) -> Int64Array:
         x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
         return self._space.count_between(x_lo, x_hi, y_lo, y_hi)
 
@@ -293,6 +328,16 @@ class ObjectStatistics:
                 kw_a[sel], xmin[sel], ymin[sel], xmax[sel], ymax[sel]
             )
             return out
+        return self._in_threads(self._count_keyword_in_rects, kw_a, xmin, ymin, xmax, ymax)
+
+    def _count_keyword_in_rects(
+        self,
+        kw_a: Int64Array,
+        xmin: Float64Array,
+        ymin: Float64Array,
+        xmax: Float64Array,
+        ymax: Float64Array,
+    ) -> Int64Array:
         x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
         # The keyword's block is sorted by x-position; keys make the block boundaries part of
         # one global binary search (a position of n maps to the start of the next block).
