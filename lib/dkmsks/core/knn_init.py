@@ -154,7 +154,7 @@ class StaticKnnIndex:
         if brute_force_max < 0 or extra < 0 or chunk_size < 1:
             raise ValueError("brute_force_max and extra must be >= 0, chunk_size >= 1")
         n = len(objects)
-        order = np.argsort(objects.ids, kind="stable")
+        order = np.argsort(objects.ids)  # ids are unique (checked below): any sort will do
         ids = objects.ids[order].astype(np.int64)
         if n > 1 and not (ids[1:] > ids[:-1]).all():
             raise ValueError("object ids must be unique")
@@ -169,7 +169,7 @@ class StaticKnnIndex:
         kws, owner_rank = kws[ok], owner_rank[ok]
         # Sort postings by (keyword, rank): the CSR blocks come out ascending by id, which
         # keeps the brute-force candidates in a canonical order.
-        post_order = np.argsort(kws * (n + 1) + owner_rank, kind="stable")
+        post_order = np.argsort(kws * (n + 1) + owner_rank)  # distinct keys
         postings = owner_rank[post_order]
         counts = np.bincount(kws, minlength=n_keywords)[:n_keywords]
         kw_start = np.zeros(n_keywords + 1, dtype=np.int64)
