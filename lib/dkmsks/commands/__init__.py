@@ -1,0 +1,1 @@
+"""Subcommands of the ``dkm`` console script, one module each with ``register(subparsers)``."""
