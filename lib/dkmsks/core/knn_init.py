@@ -466,15 +466,24 @@ class StaticKnnIndex:
         np.cumsum(n_lists, out=first[1:])  # pairs are grouped by owner, ascending
         single = np.flatnonzero(n_lists == 1)
         result[single] = lists[first[single]]
-        for c in np.unique(n_lists[n_lists > 1]).tolist():
-            rows = np.flatnonzero(n_lists == c)
-            z = lists[first[rows][:, None] + np.arange(c)[None, :]].reshape(rows.size, c * kmax)
+        multi = np.flatnonzero(n_lists > 1)
+        if multi.size == 0:
+            return
+        # Group by (number of lists, k): only the first k slots of each list can matter, so
+        # the rows to sort are c·k wide rather than c·K (about half on the paper's workload).
+        group = n_lists[multi] * (kmax + 1) + k[multi]
+        order = np.argsort(group, kind="stable")
+        multi, group = multi[order], group[order]
+        cuts = np.flatnonzero(np.diff(group)) + 1
+        for rows in np.split(multi, cuts):
+            c, kk = int(n_lists[rows[0]]), int(k[rows[0]])
+            z = lists[first[rows][:, None] + np.arange(c)[None, :], :kk].reshape(rows.size, c * kk)
             z.sort(axis=1)
             # An object matching several of the keywords appears once per list, with the same
             # d² and rank, so its copies are adjacent after the sort: keep the first.
             fresh = np.ones(z.shape, dtype=np.bool_)
             fresh[:, 1:] = z[:, 1:] != z[:, :-1]
             pos = np.cumsum(fresh, axis=1) - 1
-            sel = fresh & (pos < k[rows][:, None])
+            sel = fresh & (pos < kk)
             r_idx, c_idx = np.nonzero(sel)
             result[rows[r_idx], pos[r_idx, c_idx]] = z[r_idx, c_idx]
