@@ -126,7 +126,7 @@ class Postings:
                 k = np.concatenate(self._dk)
                 r = np.concatenate(self._dr)
                 e = np.concatenate(self._de)
-                order = np.argsort(k, kind="stable")
+                order = np.argsort(k)  # order within a key is irrelevant (see rebuild)
                 self._dk, self._dr, self._de = [k[order]], [r[order]], [e[order]]
                 self._delta = (self._dk[0], self._dr[0], self._de[0])
             else:
@@ -136,14 +136,15 @@ class Postings:
 
     def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
         """Merge the delta into the sorted part and drop stale entries."""
-        dk, dr, de = self._sorted_delta()
-        keys = np.concatenate([np.repeat(self.keys, np.diff(self.ptr)), dk])
-        rows = np.concatenate([self.rows, dr])
-        eps = np.concatenate([self.epochs, de])
+        # The raw delta lists: everything is sorted once below, no need to sort them first.
+        keys = np.concatenate([np.repeat(self.keys, np.diff(self.ptr)), *self._dk])
+        rows = np.concatenate([self.rows, *self._dr])
+        eps = np.concatenate([self.epochs, *self._de])
         valid = eps == current_epoch[rows]
         keys, rows, eps = keys[valid], rows[valid], eps[valid]
-        # Stable: equal keys keep main-then-delta order, so the result is deterministic.
-        order = np.argsort(keys, kind="stable")
+        # The order of rows within one key is irrelevant to every caller (candidates are
+        # merged by (row, d², id)), so the faster unstable sort is fine.
+        order = np.argsort(keys)
         keys, self.rows, self.epochs = keys[order], rows[order], eps[order]
         if keys.shape[0]:
             first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
