@@ -301,8 +301,9 @@ class StaticKnnIndex:
         keep = counts > 0
         owner, kw, counts = owner[keep], kw[keep], counts[keep]
         n_pairs = owner.shape[0]
-        # Per-pair top-k lists, one row per (subscription, keyword) pair.
-        lists = self._pad((n_pairs, kmax))
+        # Per-pair top-k lists, one row per (subscription, keyword) pair. Every row is written
+        # in full below (producers pad what they do not fill), so no upfront padding pass.
+        lists = np.empty((n_pairs, kmax), dtype=np.complex128)
         small = counts <= self.brute_force_max
         self._brute_force(lists, np.flatnonzero(small), owner, kw, k, subs)
         self._tree_pairs(lists, np.flatnonzero(~small), owner, kw, k, subs, tree_workers)
@@ -340,6 +341,8 @@ class StaticKnnIndex:
         z.sort(axis=1)
         take = min(width, kmax)
         lists[pairs, :take] = z[:, :take]
+        if take < kmax:
+            lists[pairs, take:] = complex(np.inf, self.n_objects)
 
     def _tree_pairs(
         self,
@@ -397,9 +400,9 @@ class StaticKnnIndex:
                 zm = _ranked(d2[messy], ranks[messy])
                 zm.sort(axis=1)
                 z[messy] = zm[:, :take]
-                lists[g, :take] = z
-            else:
-                lists[g, :take] = z
+            lists[g, :take] = z
+            if take < kmax:
+                lists[g, take:] = complex(np.inf, self.n_objects)
             if q < n_kw:
                 # Proven complete when the pair's k-th d² is strictly below every point the
                 # tree left out (those are at tree distance >= its last returned distance).
