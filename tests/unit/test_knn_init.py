@@ -171,3 +171,13 @@ def test_real_data_slice_paper_workload(rng: np.random.Generator) -> None:
     expected = expected_matrices(objects, subs, 10)
     for config in CONFIGS[:2]:
         assert_exact(StaticKnnIndex.build(objects, len(vocab), **config).query(subs), expected)
+
+
+def test_pickle_round_trip(rng: np.random.Generator) -> None:
+    # Spark ships the index to executors by pickling.
+    import pickle
+
+    objects = clustered(rng, 400, 6, 10)
+    subs = subs_at(rng, objects, 200, 8)
+    index = pickle.loads(pickle.dumps(StaticKnnIndex.build(objects, 6, brute_force_max=4)))
+    assert_exact(index.query(subs), expected_matrices(objects, subs, int(subs.k.max())))

@@ -217,3 +217,17 @@ def test_threaded_batches_match_brute_force(rng: np.random.Generator) -> None:
         stats = ObjectStatistics.build(objects, 4, workers=workers)
         np.testing.assert_array_equal(stats.count_in_rects(*q), expected)
         np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected_kw)
+
+
+def test_pickle_round_trip(rng: np.random.Generator) -> None:
+    # Spark ships the statistics to executors by pickling.
+    import pickle
+
+    objects = synthetic(rng, 300, 4)
+    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 4)))
+    q = random_rects(rng, objects, 200)
+    kw = rng.integers(0, 4, 200)
+    np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
+    np.testing.assert_array_equal(
+        stats.count_keyword_in_rects(kw, *q), brute_kw_rect(objects, membership(objects, 4), kw, q)
+    )
