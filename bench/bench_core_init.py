@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     source, n_keywords = load(a.objects)
     o_init, events = generate_workload(
         source,
-        WorkloadSpec(o_init=a.objects, subscriptions=a.subscriptions, timestamps=0, k_max=10, seed=a.seed),
+        WorkloadSpec(
+            o_init=a.objects, subscriptions=a.subscriptions, timestamps=0, k_max=10, seed=a.seed
+        ),
     )
     subs = events.insertions()
     rng = np.random.default_rng(a.seed)
@@ -120,15 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     t_sb, stats = timed(lambda: ObjectStatistics.build(o_init, n_keywords), r)
     print(f"{'ObjectStatistics.build':36} {t_sb:6.2f}", flush=True)
     t_rc, counts = timed(lambda: stats.count_in_rects(xmin, ymin, xmax, ymax), r)
-    print(f"{f'count_in_rects x{a.rects:,}':36} {t_rc:6.2f}  (mean |O_R| {counts.mean():,.0f})", flush=True)
+    label = f"count_in_rects x{a.rects:,}"
+    print(f"{label:36} {t_rc:6.2f}  (mean |O_R| {counts.mean():,.0f})", flush=True)
     t_kc, kcounts = timed(lambda: stats.count_keyword_in_rects(kw, xmin, ymin, xmax, ymax), r)
-    print(f"{f'count_keyword_in_rects x{a.rects:,}':36} {t_kc:6.2f}  (mean |O_R,λ| {kcounts.mean():,.0f})", flush=True)
+    label = f"count_keyword_in_rects x{a.rects:,}"
+    print(f"{label:36} {t_kc:6.2f}  (mean |O_R,λ| {kcounts.mean():,.0f})", flush=True)
     t_kb, index = timed(lambda: StaticKnnIndex.build(o_init, n_keywords), r)
     print(f"{'StaticKnnIndex.build':36} {t_kb:6.2f}", flush=True)
     t_kq, (ids, d2) = timed(lambda: index.query(subs, width=10), r)
     full = np.isfinite(d2[np.arange(len(subs)), subs.k.astype(np.int64) - 1]).mean()
     print(
-        f"{f'kNN query x{len(subs):,}':36} {t_kq:6.2f}  ({full:.1%} of subscriptions have k results)",
+        f"{f'kNN query x{len(subs):,}':36} {t_kq:6.2f}  "
+        f"({full:.1%} of subscriptions have k results)",
         flush=True,
     )
     print(f"load average at the end {os.getloadavg()[0]:.2f} (median of {r} runs each)")

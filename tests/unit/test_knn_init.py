@@ -44,7 +44,11 @@ def assert_exact(got, expected) -> None:
     assert gi.dtype == np.int64 and gd.dtype == np.float64
     assert gi.shape == ei.shape and gd.shape == ed.shape
     bad = np.flatnonzero((gi != ei).any(axis=1) | (gd != ed).any(axis=1))  # bit-exact d²
-    assert bad.size == 0, f"{bad.size} rows differ, first {bad[0]}: {gi[bad[0]]} {gd[bad[0]]} != {ei[bad[0]]} {ed[bad[0]]}"
+    if bad.size:
+        r = bad[0]
+        raise AssertionError(
+            f"{bad.size} rows differ, first {r}: {gi[r]} {gd[r]} != {ei[r]} {ed[r]}"
+        )
 
 
 def clustered(rng: np.random.Generator, n: int, n_keywords: int, n_sites: int) -> Objects:
@@ -55,18 +59,24 @@ def clustered(rng: np.random.Generator, n: int, n_keywords: int, n_sites: int) -
     # Popular keywords (low ids) are frequent, so both trees and brute force get work.
     p = 1.0 / np.arange(1, n_keywords + 1)
     p /= p.sum()
-    kws = [rng.choice(n_keywords, size=rng.integers(1, 4), replace=False, p=p).tolist() for _ in range(n)]
+    kws = [
+        rng.choice(n_keywords, size=rng.integers(1, 4), replace=False, p=p).tolist()
+        for _ in range(n)
+    ]
     ids = rng.choice(10 * n, size=n, replace=False) - 3 * n  # negative ids too
     return Objects.build(ids, site_x[site], site_y[site], kws, rng.integers(0, 5, n))
 
 
-def subs_at(rng: np.random.Generator, objects: Objects, m: int, n_vocab: int, k_max: int = 12) -> Subscriptions:
+def subs_at(
+    rng: np.random.Generator, objects: Objects, m: int, n_vocab: int, k_max: int = 12
+) -> Subscriptions:
     """Subscriptions on object sites and off-site, with random keyword sets (some unseen)."""
     on = rng.integers(0, len(objects), m)
     x = np.where(rng.random(m) < 0.7, objects.x[on], rng.uniform(-3, 3, m))
     y = np.where(rng.random(m) < 0.7, objects.y[on], rng.uniform(-2, 2, m))
     kws = [rng.choice(n_vocab, size=rng.integers(1, 6), replace=False).tolist() for _ in range(m)]
-    return Subscriptions.build(np.arange(m) + 1000, x, y, kws, rng.integers(1, k_max + 1, m), np.zeros(m))
+    k = rng.integers(1, k_max + 1, m)
+    return Subscriptions.build(np.arange(m) + 1000, x, y, kws, k, np.zeros(m))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -98,7 +108,9 @@ def test_many_colocated_points_break_ties_by_id() -> None:
     ids = rng.permutation(np.arange(100, 165))
     x = np.concatenate([np.zeros(60), np.full(5, 1e-9)])
     objects = Objects.build(ids, x, np.zeros(65), [[0]] * 65, np.zeros(65))
-    subs = Subscriptions.build([1, 2, 3], [0.0, 0.0, 1e-9], [0.0, 0.0, 0.0], [[0], [0], [0]], [3, 10, 62], [0, 0, 0])
+    subs = Subscriptions.build(
+        [1, 2, 3], [0.0, 0.0, 1e-9], [0.0, 0.0, 0.0], [[0], [0], [0]], [3, 10, 62], [0, 0, 0]
+    )
     for config in CONFIGS:
         index = StaticKnnIndex.build(objects, 1, **config)
         got = index.query(subs)
@@ -120,16 +132,18 @@ def test_object_matching_several_keywords_appears_once() -> None:
 def test_no_matches_unseen_keywords_and_empty_inputs() -> None:
     objects = Objects.build([1, 2], [0.0, 1.0], [0.0, 1.0], [[0], [1]], [0, 0])
     index = StaticKnnIndex.build(objects, 3)
-    subs = Subscriptions.build([1, 2, 3], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [[2], [7, 9], [1, 8]], [2, 1, 2], [0, 0, 0])
+    subs = Subscriptions.build(
+        [1, 2, 3], [0.0] * 3, [0.0] * 3, [[2], [7, 9], [1, 8]], [2, 1, 2], [0, 0, 0]
+    )
     ids, d2 = index.query(subs)
     assert ids.tolist() == [[-1, -1], [-1, -1], [2, -1]]
     assert d2[2, 0] == 2.0 and np.isinf(d2[:2]).all() and np.isinf(d2[2, 1])
     none = subs.take(np.zeros(0, dtype=np.int64))
     assert index.query(none)[0].shape == (0, 0)
     assert index.query(none, width=4)[1].shape == (0, 4)
+    no_keywords = KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32))
     empty = Objects(
-        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32)),
-        np.zeros(0, np.int64),
+        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), no_keywords, np.zeros(0, np.int64)
     )
     ids, d2 = StaticKnnIndex.build(empty, 3).query(subs)
     assert (ids == -1).all() and np.isinf(d2).all()
@@ -143,7 +157,8 @@ def test_distances_are_bit_identical_to_the_oracle(rng: np.random.Generator) -> 
     n = 3000
     objects = Objects.build(
         np.arange(n), rng.normal(-90.0, 10.0, n), rng.normal(40.0, 5.0, n),
-        [rng.choice(6, size=rng.integers(1, 3), replace=False).tolist() for _ in range(n)], np.zeros(n),
+        [rng.choice(6, size=rng.integers(1, 3), replace=False).tolist() for _ in range(n)],
+        np.zeros(n),
     )
     subs = Subscriptions.build(
         np.arange(400), rng.normal(-90.0, 10.0, 400), rng.normal(40.0, 5.0, 400),
@@ -166,8 +181,10 @@ def test_real_data_slice_paper_workload(rng: np.random.Generator) -> None:
     kws = []
     for i in src.tolist():
         own = objects.keywords.row(i)
-        kws.append(rng.choice(own, size=rng.integers(1, min(5, own.size) + 1), replace=False).tolist())
-    subs = Subscriptions.build(np.arange(m), objects.x[src], objects.y[src], kws, rng.integers(1, 11, m), np.zeros(m))
+        size = rng.integers(1, min(5, own.size) + 1)
+        kws.append(rng.choice(own, size=size, replace=False).tolist())
+    k = rng.integers(1, 11, m)
+    subs = Subscriptions.build(np.arange(m), objects.x[src], objects.y[src], kws, k, np.zeros(m))
     expected = expected_matrices(objects, subs, 10)
     for config in CONFIGS[:2]:
         assert_exact(StaticKnnIndex.build(objects, len(vocab), **config).query(subs), expected)

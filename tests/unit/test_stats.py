@@ -26,7 +26,8 @@ def membership(objects: Objects, n_keywords: int) -> np.ndarray:
 def brute_rect(objects: Objects, q: tuple[np.ndarray, ...]) -> np.ndarray:
     xmin, ymin, xmax, ymax = q
     x, y = objects.x[None, :], objects.y[None, :]
-    inside = (x >= xmin[:, None]) & (x <= xmax[:, None]) & (y >= ymin[:, None]) & (y <= ymax[:, None])
+    inside = (x >= xmin[:, None]) & (x <= xmax[:, None])
+    inside &= (y >= ymin[:, None]) & (y <= ymax[:, None])
     return inside.sum(axis=1)
 
 
@@ -54,7 +55,9 @@ def synthetic(rng: np.random.Generator, n: int, n_keywords: int) -> Objects:
     """Objects on a coarse integer grid (many exact duplicates), 1-3 keywords each."""
     x = rng.integers(0, 8, n).astype(np.float64)
     y = rng.integers(-3, 5, n).astype(np.float64)
-    kws = [rng.choice(n_keywords, size=rng.integers(1, 4), replace=False).tolist() for _ in range(n)]
+    kws = [
+        rng.choice(n_keywords, size=rng.integers(1, 4), replace=False).tolist() for _ in range(n)
+    ]
     return Objects.build(rng.permutation(n) * 7 + 3, x, y, kws, np.zeros(n, dtype=np.int64))
 
 
@@ -122,7 +125,9 @@ def test_keyword_counts_and_probability(rng: np.random.Generator) -> None:
 
 def test_keyword_ids_beyond_build_vocabulary_are_ignored() -> None:
     # Object keyword 5 is outside the vocabulary handed to build (n_keywords = 3).
-    objects = Objects.build([1, 2, 3], [0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [[0, 5], [5], [2]], [0, 0, 0])
+    objects = Objects.build(
+        [1, 2, 3], [0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [[0, 5], [5], [2]], [0, 0, 0]
+    )
     stats = ObjectStatistics.build(objects, 3)
     assert stats.keyword_counts([0, 1, 2, 5]).tolist() == [1, 0, 1, 0]
     whole = ([-10.0], [-10.0], [10.0], [10.0])
@@ -141,13 +146,14 @@ def test_broadcasting_and_shapes(rng: np.random.Generator) -> None:
     assert stats.count_in_rects(0.0, 0.0, 3.0, 2.0).shape == (1,)
     empty = np.zeros(0)
     assert stats.count_in_rects(empty, empty, empty, empty).shape == (0,)
-    assert stats.count_keyword_in_rects(np.zeros(0, dtype=int), empty, empty, empty, empty).shape == (0,)
+    no_kw = np.zeros(0, dtype=int)
+    assert stats.count_keyword_in_rects(no_kw, empty, empty, empty, empty).shape == (0,)
 
 
 def test_empty_object_set() -> None:
+    no_keywords = KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32))
     objects = Objects(
-        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32)),
-        np.zeros(0, np.int64),
+        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), no_keywords, np.zeros(0, np.int64)
     )
     stats = ObjectStatistics.build(objects, 4)
     assert stats.n_objects == 0
@@ -168,9 +174,8 @@ def test_real_data_slice(rng: np.random.Generator) -> None:
     # Rectangles around real points at several scales (degrees), plus the generic mix.
     centre = rng.integers(0, len(objects), m)
     half = 10.0 ** rng.uniform(-4, 1, m)
-    q_local = (
-        objects.x[centre] - half, objects.y[centre] - half, objects.x[centre] + half, objects.y[centre] + half,
-    )
+    cx, cy = objects.x[centre], objects.y[centre]
+    q_local = (cx - half, cy - half, cx + half, cy + half)
     q_mix = random_rects(rng, objects, m)
     q = tuple(np.concatenate([a, b]) for a, b in zip(q_local, q_mix))
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
@@ -203,12 +208,15 @@ def test_threaded_batches_match_brute_force(rng: np.random.Generator) -> None:
     q = random_rects(rng, objects, m)
     kw = rng.integers(0, 5, m)
     member = membership(objects, 4)
-    expected = np.concatenate([brute_rect(objects, tuple(c[i : i + 10_000] for c in q)) for i in range(0, m, 10_000)])
+    expected = np.concatenate(
+        [brute_rect(objects, tuple(c[i : i + 10_000] for c in q)) for i in range(0, m, 10_000)]
+    )
     x, y = objects.x[None, :], objects.y[None, :]
     expected_kw = np.zeros(m, dtype=np.int64)
     for i in range(0, m, 10_000):
         s = slice(i, i + 10_000)
-        inside = (x >= q[0][s, None]) & (x <= q[2][s, None]) & (y >= q[1][s, None]) & (y <= q[3][s, None])
+        inside = (x >= q[0][s, None]) & (x <= q[2][s, None])
+        inside &= (y >= q[1][s, None]) & (y <= q[3][s, None])
         has = np.zeros((kw[s].size, len(objects)), dtype=bool)
         ok = kw[s] < 4
         has[ok] = member[kw[s][ok]]

@@ -1,5 +1,10 @@
 """Exact kNN of many subscriptions within a static object set (``O_init``).
 
+The initial phase (paper §3; DESIGN §1 "Initial phase") needs the exact kNN within ``O_init``
+of every initial subscription: it is their state at partition time and gives the balls
+``B(s)`` whose rectangles ``R`` drive SOP's Eq. 2–3 and DkM-SKS's Eq. 4–7. New subscriptions
+need the same query for their cost estimate (DESIGN §2).
+
 Result layout used across the core ("kNN matrices"): for ``n`` subscriptions and a width
 ``K >= max(k)``, ``ids`` is int64 ``[n, K]`` and ``d2`` float64 ``[n, K]``; row ``i`` holds
 the ``min(k_i, |O(s_i)|)`` best objects ordered by ``(d², object id)``, padded with ``-1``
@@ -113,9 +118,9 @@ class StaticKnnIndex:
         self._kw_start = kw_start  # CSR over keywords into ``postings``
         self._postings = postings  # object ranks, ascending within each keyword
         self._trees = trees  # keyword -> tree over x/y of its postings, in posting order
-        self._bbox = (
-            (float(x.min()), float(y.min()), float(x.max()), float(y.max())) if x.size else (0.0, 0.0, 1.0, 1.0)
-        )
+        self._bbox = (0.0, 0.0, 1.0, 1.0)
+        if x.size:
+            self._bbox = (float(x.min()), float(y.min()), float(x.max()), float(y.max()))
         self.brute_force_max = brute_force_max
         self.extra = extra
         self.workers = workers
@@ -204,7 +209,9 @@ class StaticKnnIndex:
         safe = np.where(valid, kw, 0)
         return np.where(valid, self._kw_start[safe + 1] - self._kw_start[safe], 0)
 
-    def query(self, subs: Subscriptions, *, width: int | None = None) -> tuple[Int64Array, Float64Array]:
+    def query(
+        self, subs: Subscriptions, *, width: int | None = None
+    ) -> tuple[Int64Array, Float64Array]:
         """Exact kNN of every subscription over the indexed objects (ignores ``t``).
 
         Ties at equal distance are broken by object id, so the result is unique.

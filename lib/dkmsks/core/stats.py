@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -143,7 +144,9 @@ _PARALLEL_FROM = 32768
 _SORT_QUERIES_FROM = 4096
 
 
-def _search(sorted_values: npt.NDArray, queries: npt.NDArray, side: str) -> Int64Array:
+def _search(
+    sorted_values: npt.NDArray, queries: npt.NDArray, side: Literal["left", "right"]
+) -> Int64Array:
     """``np.searchsorted`` for a big batch: sort the queries first, then search in order.
 
     numpy's searchsorted reuses the previous answer as a hint when the queries are sorted, so
@@ -151,10 +154,10 @@ def _search(sorted_values: npt.NDArray, queries: npt.NDArray, side: str) -> Int6
     this is ~4x faster overall (measured: 45 ms instead of 200 ms for 1M queries on 1M values).
     """
     if queries.shape[0] < _SORT_QUERIES_FROM:
-        return np.searchsorted(sorted_values, queries, side=side).astype(np.int64)  # type: ignore[call-overload]
+        return np.searchsorted(sorted_values, queries, side=side).astype(np.int64)
     order = np.argsort(queries)
     out = np.empty(queries.shape[0], dtype=np.int64)
-    out[order] = np.searchsorted(sorted_values, queries[order], side=side)  # type: ignore[call-overload]
+    out[order] = np.searchsorted(sorted_values, queries[order], side=side)
     return out
 
 
@@ -346,7 +349,8 @@ class ObjectStatistics:
     ) -> Int64Array:
         x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
         # The keyword's block is sorted by x-position; keys make the block boundaries part of
-        # one global binary search (a position of n maps to the start of the next block).
+        # one global binary search (an x bound of n lies past every key of the block, before the
+        # next block).
         base = kw_a * (self.n_objects + 1)
         p_lo = _search(self._kw_key, base + x_lo, "left")
         p_hi = _search(self._kw_key, base + x_hi, "left")
