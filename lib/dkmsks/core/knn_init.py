@@ -41,8 +41,8 @@ values lexicographically (real part, then imaginary part): one plain row-wise so
 from __future__ import annotations
 
 import itertools
-import os
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import cpu_count
 
 import numpy as np
 import numpy.typing as npt
@@ -279,7 +279,7 @@ class StaticKnnIndex:
     # -- internals ---------------------------------------------------------------------------
 
     def _threads(self) -> int:
-        return (os.cpu_count() or 1) if self.workers < 1 else self.workers
+        return cpu_count() if self.workers < 1 else self.workers
 
     def _morton(self, x: Float64Array, y: Float64Array) -> npt.NDArray[np.uint64]:
         """Z-order code of each point on a 2^16 x 2^16 grid over the objects' bounding box."""

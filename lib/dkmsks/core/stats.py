@@ -24,9 +24,9 @@ is the same question restricted to the keyword's block.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import cpu_count
 from typing import Literal
 
 import numpy as np
@@ -204,7 +204,7 @@ class ObjectStatistics:
         self._space = space
         self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
         self._kw_matrix = kw_matrix
-        self._threads = (os.cpu_count() or 1) if workers < 1 else workers
+        self._threads = cpu_count() if workers < 1 else workers
 
     @classmethod
     def build(cls, objects: Objects, n_keywords: int, *, workers: int = -1) -> ObjectStatistics:
