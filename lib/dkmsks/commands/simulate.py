@@ -52,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="DkM-SKS: subsets of at most γ2 subscriptions try Hybrid-Partition (%(default)s)")
     p.add_argument("--grid", type=int, default=None,
                    help=f"DkM-SKS worker grid: G x G fine cells, plus coarser levels (default: {GRID_HELP_DEFAULT})")
+    p.add_argument("--new-cost", choices=("paper", "live"), default="live",
+                   help="main server's cost of a new subscription: 'paper' = its ball in O_init "
+                        "(Eq. 1 / Eq. 2 / Eq. 7+5), 'live' = its actual ball (the whole space until "
+                        "it has k results), re-estimated when the ball shrinks (%(default)s; "
+                        "docs/benchmarks.md has the measurement behind the default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-timestamp table")
     p.set_defaults(func=run)
 
@@ -131,11 +136,12 @@ def run(args: argparse.Namespace) -> int:
     engine, setup = build_engine(
         args.method, objects, events, args.workers, t0=args.t0, theta=args.theta,
         gamma1=args.gamma1, gamma2=args.gamma2, grid=grid, clock=time.perf_counter,
+        new_cost=args.new_cost,
     )
     loaded = time.perf_counter()
     print(
         f"initial phase: |O_init| = {setup.n_objects:,}, |S| = {setup.n_subscriptions:,}; "
-        f"kNN in O_init {setup.time_knn_init:.1f} s, partition ({args.method}, M={args.workers}) "
+        f"kNN in O_init {setup.time_knn_init:.1f} s, partition ({args.method}, M={args.workers}, new-cost {args.new_cost}) "
         f"{setup.time_partition:.1f} s, worker indexes {setup.time_load:.1f} s "
         f"(inputs read in {loaded - started - setup.time_knn_init - setup.time_partition - setup.time_load:.1f} s)",
         file=sys.stderr,

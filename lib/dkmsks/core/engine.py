@@ -58,6 +58,17 @@ class Assigner(Protocol):
     def delete(self, sub_ids: Int64Array) -> npt.ArrayLike | None: ...
 
 
+class Refresher(Protocol):
+    """An assigner that re-estimates costs when balls shrink (``MainServer(new_cost="live")``).
+
+    After each timestamp the engine calls ``refresh(sub_ids, radius2)`` with every subscription
+    whose result changed and its current squared radius (``inf`` while ``|A(s)| < k``), if the
+    assigner has a ``refresh`` method and its ``new_cost`` is not ``"paper"``.
+    """
+
+    def refresh(self, sub_ids: Int64Array, radius2: Float64Array) -> int: ...
+
+
 @dataclass
 class TimestampMetrics:
     """What one timestamp cost (DESIGN §5 metrics, §3 fact 4 counters)."""
@@ -75,11 +86,13 @@ class TimestampMetrics:
     worker_accepted: Int64Array = field(repr=False)
     worker_updated: Int64Array = field(repr=False)
     worker_subs: Int64Array = field(repr=False)  # subscriptions held after the timestamp
+    time_refresh: float = 0.0  # main server re-estimating changed balls ("live" costs only)
 
     @property
     def update_time(self) -> float:
-        """kNN update + insertion + deletion (paper Table 3)."""
-        return self.time_knn + self.time_insert + self.time_delete
+        """kNN update + insertion + deletion (paper Table 3), plus the main server's cost
+        refresh when it is enabled (``0`` under the paper's estimates)."""
+        return self.time_knn + self.time_insert + self.time_delete + self.time_refresh
 
     @property
     def load_balance(self) -> float:
@@ -111,6 +124,7 @@ class TimestampMetrics:
             "time_knn": self.time_knn,
             "time_insert": self.time_insert,
             "time_delete": self.time_delete,
+            "time_refresh": self.time_refresh,
             "load_balance": self.load_balance,
             "work": self.work,
             "work_max": int(self.worker_work.max()) if self.worker_work.size else 0,
@@ -168,6 +182,11 @@ class Engine:
         ]
         self.last_t: int | None = None
         self.history: list[TimestampMetrics] = []
+        refresh = getattr(assigner, "refresh", None)
+        live = getattr(assigner, "new_cost", "live") != "paper"
+        self._refresh: Callable[[Int64Array, Float64Array], object] | None = (
+            refresh if callable(refresh) and live else None
+        )
 
     # ------------------------------------------------------------------ initial phase
     def load_initial(
@@ -245,6 +264,7 @@ class Engine:
         work = np.zeros(m, dtype=np.int64)
         acc = np.zeros(m, dtype=np.int64)
         upd = np.zeros(m, dtype=np.int64)
+        changed: list[tuple[Int64Array, Float64Array]] = []
         for w, worker in enumerate(self.workers):
             c0 = clock()
             stats = worker.process(objects)
@@ -252,6 +272,17 @@ class Engine:
             work[w], acc[w], upd[w] = stats.pairs_tested, stats.pairs_accepted, stats.subs_updated
             if not len(objects):
                 worker.state.advance(t)
+            if self._refresh is not None and stats.updated_rows.shape[0]:
+                rows = stats.updated_rows[worker.state.in_use[stats.updated_rows]]
+                changed.append((worker.state.sub_id[rows].copy(), worker.state.radius2(rows)))
+        time_refresh = 0.0
+        if self._refresh is not None:
+            c0 = clock()
+            if changed:
+                self._refresh(
+                    np.concatenate([c[0] for c in changed]), np.concatenate([c[1] for c in changed])
+                )
+            time_refresh = clock() - c0
         metrics = TimestampMetrics(
             t=int(t),
             n_objects=len(objects),
@@ -266,6 +297,7 @@ class Engine:
             worker_accepted=acc,
             worker_updated=upd,
             worker_subs=np.array([len(w) for w in self.workers], dtype=np.int64),
+            time_refresh=time_refresh,
         )
         self.last_t = int(t)
         self.history.append(metrics)
@@ -369,11 +401,14 @@ def build_engine(
     grid: int = DEFAULT_GRID,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
+    new_cost: str = "paper",
     **index_options: float,
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
     ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``method`` (DESIGN §2) and
-    its main server, and an :class:`Engine` loaded with every initial subscription.
+    its main server (``new_cost``: how it estimates new subscriptions, ``"paper"`` or
+    ``"live"``, see :mod:`dkmsks.core.partition.server`), and an :class:`Engine` loaded with
+    every initial subscription.
 
     Returns the engine (ready for :meth:`Engine.run` from ``t0 + 1``) and a :class:`Setup`.
     """
@@ -398,7 +433,7 @@ def build_engine(
     c1 = clock_()
     stats = ObjectStatistics.build(o_init, n_keywords)
     plan = partition(method, stats, knn, subs, space, m=workers, theta=theta, gamma1=gamma1, gamma2=gamma2)
-    server = MainServer(plan, stats, knn_index)
+    server = MainServer(plan, stats, knn_index, new_cost=new_cost)
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")

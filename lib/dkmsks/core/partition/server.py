@@ -22,6 +22,23 @@ Estimates for a new subscription ``s_n`` (DESIGN §2):
 
 The estimate only balances load: a worker must index a new subscription with its *actual*
 ball (the whole space until it has ``k`` results), never with ``R_n`` (DESIGN §2).
+
+``new_cost="live"`` (ours, not the paper's): the paper's estimate describes the ball a new
+subscription *would* have in ``O_init``, but its actual ball is infinite until ``k`` matching
+objects have arrived (DESIGN §1), and on real data that takes many timestamps: meanwhile every
+object sharing a keyword is tested against it, exactly as under KOP. So a live estimate costs a
+new subscription by its method's formula over the MBR ``R_b`` of its *actual* current ball
+(clipped to the data space):
+
+- DkM-SKS: Eq. 5 with ``R = R_b`` (``Σ_λ |O_{R_b,λ}|``; the whole space gives Eq. 1);
+- SOP: ``P(R_b)`` (Eq. 2);
+- KOP: Eq. 1, which does not depend on the ball (so "live" equals "paper" for KOP).
+
+On registration the ball is infinite, so the estimate is the whole-space one. When balls shrink,
+the caller reports the new radii with :meth:`MainServer.refresh` (array in, nothing else: the
+engine passes the subscriptions whose result changed in a timestamp, a Spark driver the changed
+rows it gets back) and ``C(w)`` moves by the difference. Initial subscriptions keep the plan's
+cost (their ball was computed in ``O_init`` and already is their actual ball).
 """
 
 from __future__ import annotations
@@ -31,7 +48,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Rect, Subscriptions
+from dkmsks.core.model import (
+    Float64Array,
+    Int32Array,
+    Int64Array,
+    KeywordSets,
+    Rect,
+    Subscriptions,
+)
 from dkmsks.core.partition._common import (
     StatsLike,
     ball_boxes,
@@ -42,7 +66,10 @@ from dkmsks.core.partition._common import (
 from dkmsks.core.partition.greedy import assign_in_order
 from dkmsks.core.partition.plan import Method, PartitionPlan
 
-__all__ = ["MainServer", "RectIndex"]
+__all__ = ["MainServer", "RectIndex", "NEW_COSTS"]
+
+#: Estimates for new subscriptions: the paper's (``O_init`` ball) or the live ball (module doc).
+NEW_COSTS = ("paper", "live")
 
 # Relative slack that keeps a rectangle filed at level l within two cells per axis despite
 # rounding in the cell arithmetic (its extent is at most (1 - _SLACK) cells).
@@ -203,11 +230,27 @@ class MainServer:
         :class:`~dkmsks.core.knn_init.StaticKnnIndex` over ``O_init`` (needed by SOP and
         DkM-SKS unless every :meth:`assign` call passes ``knn=``; KOP ignores it).
 
+    new_cost
+        ``"paper"`` (default): the paper's estimate of a new subscription, from its ball in
+        ``O_init`` (Eq. 1 / Eq. 2 / Eq. 7 + Eq. 5). ``"live"``: the method's formula over the
+        MBR of the subscription's actual current ball, kept up to date by :meth:`refresh`
+        (module doc).
+
     Costs are handled as integer weights (``cost · |O_init|``), as in the plan;
     :attr:`loads` and :meth:`lookup` convert them to the paper's probabilities.
     """
 
-    def __init__(self, plan: PartitionPlan, stats: StatsLike, knn_index: Any = None) -> None:
+    def __init__(
+        self,
+        plan: PartitionPlan,
+        stats: StatsLike,
+        knn_index: Any = None,
+        *,
+        new_cost: str = "paper",
+    ) -> None:
+        if new_cost not in NEW_COSTS:
+            raise ValueError(f"new_cost must be one of {', '.join(NEW_COSTS)}, got {new_cost!r}")
+        self.new_cost = new_cost
         self.plan = plan
         self.method = plan.method
         self.stats = stats
@@ -225,6 +268,8 @@ class MainServer:
         self._weight = plan.weight[order].astype(np.int64)
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
         self._extra: dict[int, tuple[int, int]] = {}
+        # "live" only: location and keywords of each live new subscription (for refresh).
+        self._where: dict[int, tuple[float, float, tuple[int, ...]]] = {}
         self._rect_index: RectIndex | None = None
         if self.method is Method.DKM:
             self._rect_index = RectIndex(plan.subsets.rect, plan.space)
@@ -314,6 +359,37 @@ class MainServer:
         rect = np.where((star >= 0)[:, None], self.plan.subsets.rect[np.maximum(star, 0)], rn)
         return keyword_rect_weights(self.stats, subs.keywords, rows, rows, rect), star
 
+    def ball_weights(self, subs: Subscriptions, radius2: npt.ArrayLike) -> Int64Array:
+        """The method's cost ``· |O_init|`` of each subscription over the MBR of a given ball.
+
+        ``radius2[i]`` is the squared radius of ``subs[i]``'s ball (``inf`` while it has fewer
+        than ``k`` results: the whole data space). DkM-SKS: Eq. 5 with ``R`` = the ball's MBR;
+        SOP: Eq. 2 over it; KOP: Eq. 1 (no ball). This is the ``"live"`` estimate.
+        """
+        n = len(subs)
+        rows = np.arange(n, dtype=np.int64)
+        r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), (n,))
+        if self.method is Method.KOP:
+            return keyword_weights(self.stats, subs.keywords, rows)
+        out = np.zeros(n, dtype=np.int64)
+        inf = ~np.isfinite(r2)
+        fin = np.flatnonzero(~inf)
+        if self.method is Method.SOP:
+            out[inf] = int(self.stats.n_objects)
+            if fin.shape[0]:
+                x0, y0, x1, y1 = ball_boxes(subs.x[fin], subs.y[fin], r2[fin].copy(), self.space)
+                out[fin] = np.asarray(self.stats.count_in_rects(x0, y0, x1, y1), dtype=np.int64)
+            return out
+        if inf.any():
+            # Over the whole data space Eq. 5 is Eq. 1 (O_init lies inside the space).
+            out[inf] = keyword_weights(self.stats, subs.keywords, np.flatnonzero(inf))
+        if fin.shape[0]:
+            x0, y0, x1, y1 = ball_boxes(subs.x[fin], subs.y[fin], r2[fin].copy(), self.space)
+            rect = np.stack([x0, y0, x1, y1], axis=1)
+            own = np.arange(fin.shape[0], dtype=np.int64)
+            out[fin] = keyword_rect_weights(self.stats, subs.keywords, fin, own, rect)
+        return out
+
     def estimate(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
         """Estimated ``C(s)`` of new subscriptions (probabilities), without changing state."""
         return self.estimate_weights(subs, knn=knn)[0] / self._scale
@@ -344,13 +420,65 @@ class MainServer:
         if np.any(live >= 0):
             dup = ids[live >= 0][:5].tolist()
             raise ValueError(f"subscriptions already live: {dup}")
-        weights, _ = self.estimate_weights(subs, knn=knn)
+        if self.new_cost == "live":
+            # A new subscription starts with an empty result: its ball is the whole space.
+            weights = self.ball_weights(subs, np.full(ids.shape[0], np.inf))
+        else:
+            weights, _ = self.estimate_weights(subs, knn=knn)
         workers, self._load = assign_in_order(
             weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
         )
         for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist()):
             self._extra[sid] = (w, c)
+        if self.new_cost == "live":
+            kws = subs.keywords
+            for i, sid in enumerate(ids.tolist()):
+                kw = tuple(kws.ids[kws.ptr[i] : kws.ptr[i + 1]].tolist())
+                self._where[sid] = (float(subs.x[i]), float(subs.y[i]), kw)
         return workers
+
+    def refresh(self, sub_ids: npt.ArrayLike, radius2: npt.ArrayLike) -> int:
+        """Re-estimate live new subscriptions whose ball changed (``new_cost="live"``).
+
+        Parameters
+        ----------
+        sub_ids
+            Subscription ids; ids that are not live new subscriptions (initial ones, deleted
+            ones, unknown ones) are ignored, and so is every id under ``new_cost="paper"``.
+        radius2
+            The current squared radius of each one's ball (``inf`` while it has fewer than
+            ``k`` results).
+
+        Each named subscription's cost becomes :meth:`ball_weights` of its current ball and its
+        worker's ``C(w)`` moves by the difference; the worker does not change. Returns how many
+        subscriptions were re-estimated. Deterministic; the order of ``sub_ids`` is irrelevant.
+        """
+        ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
+        r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
+        if ids.shape[0] != r2.shape[0]:
+            raise ValueError("refresh needs one radius² per subscription id")
+        if self.new_cost != "live" or not self._where:
+            return 0
+        pick = [i for i, sid in enumerate(ids.tolist()) if sid in self._where]
+        if not pick:
+            return 0
+        sel = np.asarray(pick, dtype=np.int64)
+        sids = ids[sel].tolist()
+        info = [self._where[s] for s in sids]
+        subs = Subscriptions(
+            ids[sel],
+            np.array([i[0] for i in info], dtype=np.float64),
+            np.array([i[1] for i in info], dtype=np.float64),
+            KeywordSets.from_lists([i[2] for i in info]),
+            np.ones(sel.shape[0], dtype=np.int32),
+            np.zeros(sel.shape[0], dtype=np.int64),
+        )
+        new_w = self.ball_weights(subs, r2[sel])
+        for sid, w_new in zip(sids, new_w.tolist()):
+            worker, w_old = self._extra[sid]
+            self._load[worker] += w_new - w_old
+            self._extra[sid] = (worker, w_new)
+        return len(sids)
 
     def delete(self, sub_ids: npt.ArrayLike, *, missing: str = "raise") -> Int32Array:
         """Forget subscriptions and subtract their costs from their workers' ``C(w)``.
@@ -381,4 +509,5 @@ class MainServer:
         self._alive[rows[rows >= 0]] = False
         for sid in ids[found & (rows < 0)].tolist():
             del self._extra[sid]
+            self._where.pop(sid, None)
         return workers
