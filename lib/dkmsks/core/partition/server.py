@@ -451,14 +451,14 @@ class MainServer:
 
         Each named subscription's cost becomes :meth:`ball_weights` of its current ball and its
         worker's ``C(w)`` moves by the difference; the worker does not change. Returns how many
-        subscriptions were re-estimated. Deterministic; the order of ``sub_ids`` is irrelevant.
+        subscriptions were re-estimated (always 0 for KOP, whose Eq. 1 ignores the ball). Deterministic; the order of ``sub_ids`` is irrelevant.
         """
         ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
         if ids.shape[0] != r2.shape[0]:
             raise ValueError("refresh needs one radius² per subscription id")
-        if self.new_cost != "live" or not self._where:
-            return 0
+        if self.new_cost != "live" or not self._where or self.method is Method.KOP:
+            return 0  # (Eq. 1 does not depend on the ball: nothing to re-estimate for KOP)
         pick = [i for i, sid in enumerate(ids.tolist()) if sid in self._where]
         if not pick:
             return 0
