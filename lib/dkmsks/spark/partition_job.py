@@ -1,0 +1,270 @@
+"""Partitioning job: O_init statistics, initial kNN with Spark, a plan, the initial state.
+
+``partition`` runs once O_init is in (paper §3, DESIGN §1): the initial subscriptions get
+their exact kNN within O_init (computed by Spark tasks, each holding a per-keyword KD-tree
+index over a broadcast O_init), the chosen partitioner makes a plan on the driver, and the
+plan and the per-worker state are written to Delta. ``repartition`` makes a new plan from the
+current subscriptions and their *current* balls and rewrites the state in one commit, so the
+switch is atomic and results are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from dkmsks.core.knn_state import StateArrays
+from dkmsks.core.model import KeywordSets, Objects, Subscriptions, Vocabulary, data_space
+from dkmsks.core.oracle import live_subscriptions
+from dkmsks.core.partition import PartitionPlan, partition
+from dkmsks.core.stats import ObjectStatistics
+from dkmsks.spark import tables
+from dkmsks.spark.driver_data import (
+    keyword_list_column,
+    list_column,
+    read_events_between,
+    read_objects_between,
+    read_state_arrays,
+)
+from dkmsks.spark.delta_io import insert, latest_version
+from dkmsks.spark.sql_files import run_sql
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionParams:
+    method: str = "dkm"
+    workers: int = 20
+    theta: int = 20
+    gamma1: int = 100_000
+    gamma2: int = 20
+    grid: int = 16384
+    t0: int = 0
+    knn_partitions: int = 4
+
+    def as_json(self) -> str:
+        return json.dumps({"theta": self.theta, "gamma1": self.gamma1, "gamma2": self.gamma2,
+                           "grid": self.grid, "t0": self.t0}, sort_keys=True)
+
+
+@dataclass
+class PartitionReport:
+    plan_version: int
+    method: str
+    workers: int
+    subscriptions: int
+    subsets: int
+    loads: list[float]
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _knn_partition(rows, objects_bc, width):  # executed in Spark tasks
+    """Exact kNN within O_init for a slice of subscriptions (one Spark task)."""
+    from dkmsks.core.knn_init import StaticKnnIndex
+
+    objects, n_keywords = objects_bc.value
+    batch = list(rows)
+    if not batch:
+        return
+    index = StaticKnnIndex.build(objects, n_keywords, workers=1)
+    order = np.asarray([r[0] for r in batch], dtype=np.int64)
+    subs = Subscriptions(
+        np.asarray([r[1] for r in batch], dtype=np.int64), np.asarray([r[2] for r in batch]),
+        np.asarray([r[3] for r in batch]), KeywordSets.from_lists([r[4] for r in batch]),
+        np.asarray([r[5] for r in batch], dtype=np.int32), np.zeros(len(batch), dtype=np.int64),
+    )
+    ids, d2 = index.query(subs, width=width)
+    for i in range(len(batch)):
+        yield int(order[i]), ids[i].tolist(), d2[i].tolist()
+
+
+def spark_initial_knn(
+    spark: SparkSession, objects: Objects, n_keywords: int, subs: Subscriptions, *, partitions: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """kNN matrices of ``subs`` within ``objects``, computed by ``partitions`` Spark tasks."""
+    width = max(int(subs.k.max()) if len(subs) else 1, 1)
+    n = len(subs)
+    if n == 0:
+        return np.zeros((0, width), np.int64), np.zeros((0, width))
+    rows = [
+        (i, int(subs.ids[i]), float(subs.x[i]), float(subs.y[i]), subs.keywords.row(i).tolist(), int(subs.k[i]))
+        for i in range(n)
+    ]
+    objects_bc = spark.sparkContext.broadcast((objects, n_keywords))
+    try:
+        out = (
+            spark.sparkContext.parallelize(rows, max(1, partitions))
+            .mapPartitions(lambda it: _knn_partition(it, objects_bc, width))
+            .collect()
+        )
+    finally:
+        objects_bc.destroy()
+    ids = np.full((n, width), -1, dtype=np.int64)
+    d2 = np.full((n, width), np.inf)
+    for i, oid, dd in out:
+        ids[i] = oid
+        d2[i] = dd
+    return ids, d2
+
+
+def _next_plan_version(spark: SparkSession) -> int:
+    row = spark.table(tables.PLANS).agg(F.max("plan_version").alias("v")).collect()[0]
+    return 0 if row.v is None else int(row.v) + 1
+
+
+def _write_plan(spark: SparkSession, plan: PartitionPlan, version: int, params: PartitionParams,
+                effective_t: int) -> None:
+    meta, _, subsets = plan.to_tables()
+    row = {
+        "plan_version": version, "method": plan.method.value, "workers": plan.m,
+        "params": params.as_json(), "subsets": int(len(plan.subsets)), "subscriptions": int(len(plan)),
+        "o_init": int(plan.n_objects), "effective_t": int(effective_t), "meta_json": json.dumps(meta),
+    }
+    insert(spark, spark.createDataFrame([row], schema=spark.table(tables.PLANS).schema), tables.PLANS,
+           app_id="dkmsks-plans", version=version)
+    cols = {k: np.asarray(v) for k, v in subsets.items()}
+    n = cols["subset"].shape[0]
+    target = spark.table(tables.SUBSETS).schema
+    arrow = pa.table({
+        "plan_version": pa.array(np.full(n, version, dtype=np.int64)),
+        **{name: pa.array(cols[name].astype(np.int64 if target[name].dataType.typeName() == "long" else
+                                            np.int32 if target[name].dataType.typeName() == "integer" else np.float64))
+           for name in ("subset", "xmin", "ymin", "xmax", "ymax", "rxmin", "rymin", "rxmax", "rymax",
+                        "weight", "size", "worker", "kind", "depth")},
+    })
+    insert(spark, spark.createDataFrame(arrow.to_pandas(), schema=target), tables.SUBSETS,
+           app_id="dkmsks-subsets", version=version)
+
+
+def state_table(
+    plan: PartitionPlan, version: int, arrays: StateArrays, vocab: Vocabulary, updated_t: np.ndarray
+) -> pa.Table:
+    """The ``knn_state`` rows of a plan: one per subscription, in the plan's order."""
+    if not np.array_equal(plan.sub_ids, arrays.sub_ids):
+        raise ValueError("plan and state list different subscriptions")
+    lengths = np.minimum(np.count_nonzero(arrays.ids >= 0, axis=1), arrays.k).astype(np.int64)
+    n = len(arrays)
+    return pa.table({
+        "plan_version": pa.array(np.full(n, version, dtype=np.int64)),
+        "worker": pa.array(plan.worker.astype(np.int32)),
+        "sub_id": pa.array(arrays.sub_ids),
+        "x": pa.array(arrays.x), "y": pa.array(arrays.y),
+        "keywords": keyword_list_column(arrays.keywords, vocab),
+        "k": pa.array(arrays.k.astype(np.int32)),
+        "registered_t": pa.array(arrays.t),
+        "weight": pa.array(plan.weight.astype(np.int64)),
+        "subset": pa.array(plan.subset.astype(np.int64)),
+        "object_ids": list_column(arrays.ids, lengths, pa.int64()),
+        "d2": list_column(arrays.d2, lengths, pa.float64()),
+        "updated_t": pa.array(updated_t.astype(np.int64)),
+    })
+
+
+def _overwrite_state(spark: SparkSession, table: pa.Table, *, plan_version: int, through_t: int) -> int:
+    """Replace ``knn_state`` in one commit; returns the new Delta version."""
+    df = spark.createDataFrame(table.to_pandas(), schema=spark.table(tables.STATE).schema)
+    insert(spark, df.repartition("worker"), tables.STATE, overwrite=True, app_id="dkmsks-state-plan",
+           version=plan_version, metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
+    return latest_version(spark, tables.STATE)
+
+
+def load_oinit(spark: SparkSession, t0: int, vocab: Vocabulary) -> tuple[Objects, ObjectStatistics]:
+    objects = read_objects_between(spark, vocab, after=None, upto=t0)
+    if len(objects) == 0:
+        raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
+    return objects, ObjectStatistics.build(objects, len(vocab))
+
+
+def run_partition(spark: SparkSession, params: PartitionParams, *, run_id: str) -> PartitionReport:
+    """Initial partitioning (paper §3–§4) after O_init; refuses if a plan already exists."""
+    tables.ensure_tables(spark)
+    if spark.table(tables.PLANS).limit(1).count():
+        raise ValueError("a partition plan already exists; use the repartition job to make a new one")
+    phases: dict[str, float] = {}
+    started = time.perf_counter()
+    vocab = Vocabulary()
+    objects, stats = load_oinit(spark, params.t0, vocab)
+    events = read_events_between(spark, vocab, after=None, upto=params.t0)
+    subs = live_subscriptions(events, params.t0, t0=params.t0)
+    subs = Subscriptions(subs.ids, subs.x, subs.y, subs.keywords, subs.k,
+                         np.full(len(subs), params.t0, dtype=np.int64))
+    phases["read_oinit"] = (time.perf_counter() - started) * 1e3
+
+    started = time.perf_counter()
+    run_sql(spark, "dml/insert_keyword_stats.sql", table=tables.KEYWORD_STATS, objects=tables.OBJECTS,
+            plan_version=_next_plan_version(spark), t0=params.t0)
+    ids, d2 = spark_initial_knn(spark, objects, len(vocab), subs, partitions=params.knn_partitions)
+    phases["initial_knn"] = (time.perf_counter() - started) * 1e3
+
+    started = time.perf_counter()
+    space = data_space(objects, subs)
+    plan = partition(params.method, stats, (ids, d2), subs, space, m=params.workers, theta=params.theta,
+                     gamma1=params.gamma1, gamma2=params.gamma2)
+    phases["partition"] = (time.perf_counter() - started) * 1e3
+
+    started = time.perf_counter()
+    version = _next_plan_version(spark)
+    _write_plan(spark, plan, version, params, params.t0)
+    arrays = StateArrays(subs.ids, subs.x, subs.y, subs.keywords, subs.k, subs.t, ids, d2)
+    state_version = _overwrite_state(
+        spark, state_table(plan, version, arrays, vocab, np.full(len(subs), params.t0)),
+        plan_version=version, through_t=params.t0,
+    )
+    from dkmsks.spark.microbatch_job import write_ledger
+
+    write_ledger(spark, [params.t0], plan_version=version, state_version=state_version, run_from_t=params.t0,
+                 counts={params.t0: (len(objects), len(subs), 0)}, run_id=run_id)
+    phases["write"] = (time.perf_counter() - started) * 1e3
+    return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
+                           plan.loads.tolist(), phases)
+
+
+def run_repartition(spark: SparkSession, params: PartitionParams, *, run_id: str) -> PartitionReport:
+    """A new plan from the current subscriptions and their current balls, switched atomically.
+
+    Results are carried over unchanged; only assignments, costs and the plan change. The
+    data space and O_init statistics stay those of the first plan (DESIGN §1).
+    """
+    from dkmsks.spark.microbatch_job import current_plan, last_processed
+
+    tables.ensure_tables(spark)
+    phases: dict[str, float] = {}
+    started = time.perf_counter()
+    info = current_plan(spark)
+    if info is None:
+        raise ValueError("no partition plan yet: run the partition job first")
+    t_last = last_processed(spark)
+    vocab = Vocabulary()
+    objects, stats = load_oinit(spark, info.t0, vocab)
+    arrays, _ = read_state_arrays(spark, vocab)
+    phases["read"] = (time.perf_counter() - started) * 1e3
+
+    started = time.perf_counter()
+    subs = arrays.subscriptions()
+    plan = partition(params.method, stats, (arrays.ids, arrays.d2), subs, info.space, m=params.workers,
+                     theta=params.theta, gamma1=params.gamma1, gamma2=params.gamma2)
+    phases["partition"] = (time.perf_counter() - started) * 1e3
+
+    started = time.perf_counter()
+    version = info.plan_version + 1
+    _write_plan(spark, plan, version, PartitionParams(**{**params.__dict__, "t0": info.t0}), t_last)
+    updated = spark.table(tables.STATE).select("sub_id", "updated_t").orderBy("sub_id").toArrow()
+    state_version = _overwrite_state(
+        spark, state_table(plan, version, arrays, vocab, np.asarray(updated.column("updated_t").to_numpy())),
+        plan_version=version, through_t=t_last,
+    )
+    # The ledger keeps naming the pre-switch state versions: their results are the same.
+    del state_version
+    phases["write"] = (time.perf_counter() - started) * 1e3
+    del objects
+    return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
+                           plan.loads.tolist(), phases)
+
+
+__all__ = ["PartitionParams", "PartitionReport", "run_partition", "run_repartition", "spark_initial_knn",
+           "state_table", "load_oinit"]
