@@ -61,11 +61,21 @@ def _quarantine(spark: SparkSession, rejected: DataFrame, target: str, run_id: s
     return count
 
 
+def _window(df: DataFrame, after: int | None, upto: int | None) -> DataFrame:
+    if after is not None:
+        df = df.where(F.col("t") > after)
+    if upto is not None:
+        df = df.where(F.col("t") <= upto)
+    return df
+
+
 def ingest_objects(
-    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84
+    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84,
+    after: int | None = None, upto: int | None = None,
 ) -> IngestReport:
-    """Validate an objects file and merge its good rows into ``objects``."""
+    """Validate an objects file and merge its good rows (``after < t <= upto``) into ``objects``."""
     accepted, rejected = read_objects_df(spark, path, bounds=bounds)
+    accepted = _window(accepted, after, upto)
     rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
         "id", "x", "y", "keywords", "t", "source", "line"
     ).cache()
@@ -76,10 +86,13 @@ def ingest_objects(
 
 
 def ingest_events(
-    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84
+    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84,
+    after: int | None = None, upto: int | None = None,
 ) -> IngestReport:
-    """Validate a subscription events file and merge its good rows into ``subscription_events``."""
+    """Validate a subscription events file and merge its good rows (``after < t <= upto``) into
+    ``subscription_events``."""
     accepted, rejected = read_events_df(spark, path, bounds=bounds)
+    accepted = _window(accepted, after, upto)
     rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
         "op", "id", "x", "y", "keywords", "k", "t", "source", "line"
     ).cache()

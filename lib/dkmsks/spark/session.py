@@ -40,7 +40,6 @@ def session_conf(
     warehouse = Path(warehouse).resolve()
     jars = delta_jars(jars_dir)
     conf = {
-        "spark.master": master or os.environ.get("DKMSKS_SPARK_MASTER", DEFAULT_MASTER),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "hive",
@@ -66,6 +65,10 @@ def session_conf(
         # tables of a few files on a few cores.
         "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions // 2)),
     }
+    # Under spark-submit (PYSPARK_GATEWAY_PORT is set by its launcher) the master comes from
+    # the command line; setting it here would silently override --master.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf["spark.master"] = master or os.environ.get("DKMSKS_SPARK_MASTER", DEFAULT_MASTER)
     if ui:
         conf["spark.ui.host"] = "127.0.0.1"
     if jars:
@@ -116,6 +119,8 @@ def spark_submit_conf_args(warehouse: str | Path, **kwargs: object) -> list[str]
     for key, value in conf.items():
         if key == "spark.master":
             args += ["--master", value]
+        elif key == "spark.jars":
+            args += ["--jars", value]
         else:
             args += ["--conf", f"{key}={value}"]
     return args

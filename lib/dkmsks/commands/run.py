@@ -1,0 +1,90 @@
+"""``dkm run``: files in -> ingest -> partition -> every timestamp -> summary (the main job)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from dkmsks.commands.spark_common import add_tuning, add_warehouse, session
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="ingest files, partition, process every timestamp on Spark, print a summary",
+        description=(
+            "The whole pipeline on Spark + Delta in one application: validate and ingest the "
+            "objects and events files into the landing tables (bad rows quarantined), partition "
+            "the initial subscriptions after O_init with --method (skipped when the warehouse "
+            "already has a plan), process every pending timestamp exactly once with one Spark "
+            "task per worker, and print a summary. Safe to re-run: nothing is applied twice."
+        ),
+    )
+    p.add_argument("--objects", type=Path, required=True, help="objects file")
+    p.add_argument("--events", type=Path, required=True, help="subscription events file")
+    add_warehouse(p)
+    add_tuning(p)
+    p.add_argument("--until", type=int, default=None, help="ingest and process timestamps up to T only")
+    p.add_argument("--timestamps-per-run", type=int, default=None,
+                   help="commit every N timestamps (default: all pending in one run)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from dkmsks.spark import tables
+    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.microbatch_job import current_plan, last_processed, pending_timestamps, run_microbatch
+    from dkmsks.spark.partition_job import PartitionParams, run_partition
+
+    started = time.perf_counter()
+    spark = session(args, "dkmsks-run")
+
+    def say(text: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    try:
+        tables.ensure_tables(spark)
+        for fn, path in ((ingest_objects, args.objects), (ingest_events, args.events)):
+            r = fn(spark, path, run_id="run", upto=args.until)
+            say(f"ingested {path.name}: {r.accepted:,} rows into {r.table}, {r.rejected:,} quarantined")
+        info = current_plan(spark)
+        if info is None:
+            params = PartitionParams(method=args.method, workers=args.workers, theta=args.theta,
+                                     gamma1=args.gamma1, gamma2=args.gamma2, grid=args.grid, t0=args.t0)
+            rep = run_partition(spark, params, run_id="run")
+            say(f"partitioned {rep.subscriptions:,} subscriptions with {rep.method} over m={rep.workers} "
+                f"({rep.subsets:,} subsets): " + ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in rep.phases_ms.items()))
+        else:
+            if (info.method, info.workers) != (args.method, args.workers):
+                say(f"note: the warehouse already has plan {info.plan_version} ({info.method}, m={info.workers}); "
+                    "continuing with it (use a fresh --warehouse for another method)")
+            else:
+                say(f"plan {info.plan_version} exists ({info.method}, m={info.workers})")
+        pending = pending_timestamps(spark, last_processed(spark), args.until)
+        with tqdm(total=len(pending), unit="ts", desc="timestamps", disable=not pending) as bar:
+            while True:
+                rep = run_microbatch(spark, run_id="run", until=args.until, max_timestamps=args.timestamps_per_run)
+                if not rep.timestamps:
+                    break
+                bar.update(len(rep.timestamps) if not rep.recovered else 0)
+                bar.set_postfix_str(", ".join(f"{k} {v / 1e3:.1f}s" for k, v in rep.phases_ms.items()))
+        print_summary(spark, say)
+    finally:
+        spark.stop()
+    return 0
+
+
+def print_summary(spark, say) -> None:
+    from dkmsks.spark.sql_files import run_sql
+
+    s = run_sql(spark, "queries/status.sql").collect()[0]
+    say(f"done: last processed t={s.last_t}, {s.live_subscriptions:,} live subscriptions, "
+        f"{s.result_rows:,} result rows, {s.quarantined:,} quarantined input rows")
+    m = run_sql(spark, "queries/metrics_summary.sql").collect()[0]
+    if m.timestamps:
+        say(f"per timestamp (median over {m.timestamps}): slowest worker kNN {m.knn_ms:.1f} ms, "
+            f"pairs tested {m.pairs_tested:,.0f} (in ball {m.pairs_in_ball:,.0f}), "
+            f"max/mean worker work {m.work_max_over_mean:.2f}")

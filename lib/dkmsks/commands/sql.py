@@ -1,0 +1,31 @@
+"""``dkm sql``: run a Spark SQL statement against the project's tables and views."""
+
+from __future__ import annotations
+
+import argparse
+
+from dkmsks.commands.spark_common import add_warehouse, session
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sql",
+        help="query the kNN results and metrics with Spark SQL",
+        description=("Runs one Spark SQL statement in the warehouse's metastore and prints the "
+                     "rows. Tables: objects, subscription_events, knn_state, result_changes, "
+                     "ledger, worker_metrics, quarantine, partition_plans, partition_subsets. "
+                     "Views: knn_results, result_stream, worker_loads, timestamp_metrics."),
+    )
+    add_warehouse(p)
+    p.add_argument("statement", help="the SQL statement, e.g. \"SELECT * FROM knn_results WHERE sub_id = 7\"")
+    p.add_argument("--limit", type=int, default=50, help="rows to print (%(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spark = session(args, "dkmsks-sql")
+    try:
+        spark.sql(args.statement).show(args.limit, truncate=False)
+    finally:
+        spark.stop()
+    return 0
