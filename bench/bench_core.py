@@ -18,8 +18,9 @@ Per-timestamp numbers are the median over the timestamps of a run, then the medi
 Work counters are deterministic (DESIGN §3 fact 4), so runs repeat them exactly.
 
 Every method runs with the main server's new-subscription estimate ``--new-cost`` (default
-``live``, the ``dkm simulate`` default); ``--compare-paper`` (default on) adds DkM-SKS and SOP
-with the paper's estimate (``new_cost="paper"``) for one run, to show why.
+``live``, the ``dkm simulate`` default); ``--extras`` (default on) adds, for one run, DkM-SKS and
+SOP with the paper's estimate (``new_cost="paper"``), to show why, and DkM-SKS on the stream
+without insertions, to show what imbalance the initial partition alone leaves.
 
 Usage: ``.venv/bin/python bench/bench_core.py [--quick] [--runs R] [--no-docs]``.
 ``--quick`` runs small sizes (50k objects, 50k subscriptions, 5 timestamps, one run) in well
@@ -45,7 +46,7 @@ import pandas as pd
 
 from dkmsks.core.engine import Engine, TimestampMetrics, initial_phase
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import KeywordSets, Objects, Vocabulary, data_space
+from dkmsks.core.model import KeywordSets, Objects, Op, Vocabulary, data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.worker_index import DEFAULT_GRID
@@ -100,12 +101,14 @@ class Variant:
 
     method: str
     new_cost: str
+    inserts: bool = True
     partition_s: list[float] = field(default_factory=list)
     runs: list[StreamRun] = field(default_factory=list)
 
     @property
     def label(self) -> str:
-        return NAMES[self.method] + ("" if self.new_cost == "live" else f" ({self.new_cost} est.)")
+        name = NAMES[self.method] + ("" if self.new_cost == "live" else f" ({self.new_cost} est.)")
+        return name if self.inserts else name + " (no insertions)"
 
     def ts_median(self, key: str) -> float:
         """Median over runs of the median over timestamps."""
@@ -116,6 +119,11 @@ class Variant:
 
     def imbalance(self) -> list[float]:
         return [m.work_imbalance for m in self.runs[0].metrics]
+
+    def cumulative_imbalance(self) -> float:
+        """Max / mean over workers of the work summed over all timestamps (first run)."""
+        tot = np.sum([m.worker_work for m in self.runs[0].metrics], axis=0)
+        return float(tot.max() / tot.mean()) if tot.size and tot.mean() > 0 else 1.0
 
     def min_work(self) -> list[int]:
         return [m.min_work for m in self.runs[0].metrics]
@@ -175,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", type=int, default=DEFAULT_GRID)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--new-cost", choices=("paper", "live"), default="live")
-    ap.add_argument("--compare-paper", action=argparse.BooleanOptionalAction, default=True,
-                    help="also run DkM-SKS and SOP with the other estimate, once")
+    ap.add_argument("--extras", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run, once: DkM-SKS and SOP with the other estimate, and DkM-SKS "
+                         "without insertions (the imbalance left by the initial partition alone)")
     ap.add_argument("--docs", type=Path, default=None,
                     help=f"markdown file to write the section into (default {DOCS.relative_to(REPO)}; "
                          "quick: none)")
@@ -202,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{n_kw:,} keywords in {time.perf_counter() - t_start:.1f}s", flush=True)
 
     variants = [Variant(m, a.new_cost) for m in methods]
-    extra = [Variant(m, other) for m in ("dkm", "sop")] if a.compare_paper else []
+    extra = ([Variant(m, other) for m in ("dkm", "sop")] + [Variant("dkm", a.new_cost, inserts=False)]
+             if a.extras else [])
+    # The same stream without insertions (and without deletions of never-inserted ids).
+    no_ins = events.take(np.flatnonzero((events.t <= 0) | ((events.op == Op.DELETE)
+                                                            & np.isin(events.ids, subs.ids))))
     knn_s: list[float] = []
     stats_s: list[float] = []
     for r in range(max(runs, p_runs)):
@@ -227,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 v.partition_s.append(tp)
             if r < runs:
                 sr = run_stream(v.method, v.new_cost, space, a.workers, plan, stats, knn_index,
-                                subs, knn, objects, events, a.grid)
+                                subs, knn, objects, events if v.inserts else no_ins, a.grid)
                 v.runs.append(sr)
                 print(f"  {v.label}: partition {tp:.2f}s, worker indexes {sr.load_s:.2f}s, "
                       f"update median {1e3 * med(sr.per_ts('update_time')):.1f} ms, "
@@ -294,11 +307,14 @@ def report(variants: list[Variant], extra: list[Variant], knn_s: float, stats_s:
                "insertion + deletion + cost refresh; `1 process` = the whole timestamp with the "
                "m workers one after another in one process. `work` = pairs tested by all workers; "
                "`min work` = pairs whose object lies in the ball (every index must test them); "
-               "`max/mean` = worker work imbalance (median over timestamps, worst in brackets).")
+               "`max/mean` = worker work imbalance (median over timestamps, worst in brackets); "
+               "`Σ max/mean` = the same for each worker's work summed over all timestamps "
+               "(per-timestamp noise of where the new objects fall averages out there, a "
+               "systematic load error does not).")
     out.append("")
     out.append("| method | update | kNN update | insertion | deletion | refresh | 1 process | "
-               "work | min work | work / min | max/mean |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "work | min work | work / min | max/mean | Σ max/mean |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v in variants + extra:
         w = med([float(x) for x in v.work()])
         mw = med([float(x) for x in v.min_work()])
@@ -307,11 +323,14 @@ def report(variants: list[Variant], extra: list[Variant], knn_s: float, stats_s:
             f"| {v.label} | {fmt_ms(v.ts_median('update_time'))} | {fmt_ms(v.ts_median('time_knn'))} | "
             f"{fmt_ms(v.ts_median('time_insert'))} | {fmt_ms(v.ts_median('time_delete'))} | "
             f"{fmt_ms(v.ts_median('time_refresh'))} | {fmt_ms(v.ts_median('wall'))} | {w:,.0f} | "
-            f"{mw:,.0f} | {w / mw if mw else float('nan'):.1f} | {med(imb):.2f} ({max(imb):.2f}) |")
+            f"{mw:,.0f} | {w / mw if mw else float('nan'):.1f} | {med(imb):.2f} ({max(imb):.2f}) | "
+            f"{v.cumulative_imbalance():.3f} |")
     out.append("")
     if extra:
         out.append(f"Rows marked \"paper est.\" ran once with `new_cost=\"paper\"`; the others with "
-                   f"`new_cost=\"{params['new-subscription cost']}\"`.")
+                   f"`new_cost=\"{params['new-subscription cost']}\"`. \"No insertions\" ran once on the "
+                   "same stream without the 100 insertions per timestamp: the imbalance that the "
+                   "initial partition (Algorithm 3 balancing estimated cost, not work) leaves.")
         out.append("")
     # Ratios, measured in the same runs.
     d = by["dkm"]

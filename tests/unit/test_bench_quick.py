@@ -25,7 +25,7 @@ def test_bench_core_quick_writes_its_section(tmp_path: Path, monkeypatch: pytest
     docs = tmp_path / "benchmarks.md"
     docs.write_text(f"# Benchmarks\n\n## Other\n\nkept\n\n{bench.BEGIN}\nold text\n{bench.END}\n\n## Tail\n")
     args = ["--quick", "--objects", "8000", "--subscriptions", "8000", "--timestamps", "3",
-            "--no-compare-paper", "--docs", str(docs)]
+            "--no-extras", "--docs", str(docs)]
     assert bench.main(args) == 0
     text = docs.read_text()
     assert "## Other\n\nkept" in text and text.rstrip().endswith("## Tail")

@@ -43,6 +43,7 @@ cost (their ball was computed in ``O_init`` and already is their actual ball).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -269,7 +270,8 @@ class MainServer:
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
         self._extra: dict[int, tuple[int, int]] = {}
         # "live" only: location and keywords of each live new subscription (for refresh).
-        self._where: dict[int, tuple[float, float, tuple[int, ...]]] = {}
+        # "live" only: location, keywords and last costed radius² of each live new subscription.
+        self._where: dict[int, tuple[float, float, tuple[int, ...], float]] = {}
         self._rect_index: RectIndex | None = None
         if self.method is Method.DKM:
             self._rect_index = RectIndex(plan.subsets.rect, plan.space)
@@ -434,7 +436,7 @@ class MainServer:
             kws = subs.keywords
             for i, sid in enumerate(ids.tolist()):
                 kw = tuple(kws.ids[kws.ptr[i] : kws.ptr[i + 1]].tolist())
-                self._where[sid] = (float(subs.x[i]), float(subs.y[i]), kw)
+                self._where[sid] = (float(subs.x[i]), float(subs.y[i]), kw, math.inf)
         return workers
 
     def refresh(self, sub_ids: npt.ArrayLike, radius2: npt.ArrayLike) -> int:
@@ -451,7 +453,9 @@ class MainServer:
 
         Each named subscription's cost becomes :meth:`ball_weights` of its current ball and its
         worker's ``C(w)`` moves by the difference; the worker does not change. Returns how many
-        subscriptions were re-estimated (always 0 for KOP, whose Eq. 1 ignores the ball). Deterministic; the order of ``sub_ids`` is irrelevant.
+        costs were recomputed: a radius equal to the one last reported (or, for a subscription
+        never refreshed, ``inf``) changes nothing and is skipped, and KOP, whose Eq. 1 ignores
+        the ball, always gives 0. Deterministic; the order of ``sub_ids`` is irrelevant.
         """
         ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
@@ -459,7 +463,10 @@ class MainServer:
             raise ValueError("refresh needs one radius² per subscription id")
         if self.new_cost != "live" or not self._where or self.method is Method.KOP:
             return 0  # (Eq. 1 does not depend on the ball: nothing to re-estimate for KOP)
-        pick = [i for i, sid in enumerate(ids.tolist()) if sid in self._where]
+        where = self._where
+        # Only subscriptions whose radius differs from the one they were last costed with.
+        pick = [i for i, (sid, r) in enumerate(zip(ids.tolist(), r2.tolist()))
+                if sid in where and where[sid][3] != r]
         if not pick:
             return 0
         sel = np.asarray(pick, dtype=np.int64)
@@ -474,7 +481,8 @@ class MainServer:
             np.zeros(sel.shape[0], dtype=np.int64),
         )
         new_w = self.ball_weights(subs, r2[sel])
-        for sid, w_new in zip(sids, new_w.tolist()):
+        for sid, w_new, r, (x, y, kw, _) in zip(sids, new_w.tolist(), r2[sel].tolist(), info):
+            where[sid] = (x, y, kw, r)
             worker, w_old = self._extra[sid]
             self._load[worker] += w_new - w_old
             self._extra[sid] = (worker, w_new)
