@@ -217,7 +217,7 @@ class MicrobatchReport:
     phases_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _commit_state(spark: SparkSession, finals: DataFrame, plan_version: int, to_t: int) -> int:
+def _commit_state(spark: SparkSession, finals: DataFrame, plan_version: int, from_t: int, to_t: int) -> int:
     order = Window.partitionBy("sub_id").orderBy(F.col("t").desc(), F.when(F.col("change") == "upsert", 1).otherwise(0).desc())
     src = (
         finals.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
@@ -227,7 +227,7 @@ def _commit_state(spark: SparkSession, finals: DataFrame, plan_version: int, to_
     src.createOrReplaceTempView(view)
     try:
         with delta_txn(spark, "dkmsks-state", to_t,
-                       {"job": "microbatch", "plan_version": plan_version, "through_t": to_t}):
+                       {"job": "microbatch", "plan_version": plan_version, "from_t": from_t, "through_t": to_t}):
             run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=view)
     finally:
         spark.catalog.dropTempView(view)
@@ -252,7 +252,7 @@ def run_microbatch(
     if recovering:
         # The previous run committed the state but not the rest: redo exactly its timestamps
         # from the state before that commit, without committing the state again.
-        until = int(meta["through_t"])
+        last, until = int(meta["from_t"]), int(meta["through_t"])
         base_version = state_version - 1
     ts = pending_timestamps(spark, last, until)
     if max_timestamps is not None:
@@ -283,7 +283,7 @@ def run_microbatch(
         finals = out.where("record = 'final'").select(
             "sub_id", "worker", "x", "y", "keywords", "k", "registered_t", "weight", "subset",
             "object_ids", "d2", "t", "change")
-        new_version = _commit_state(spark, finals, info.plan_version, to_t)
+        new_version = _commit_state(spark, finals, info.plan_version, last, to_t)
     changes = out.where("record = 'change'").select("t", "worker", "sub_id", "change", "object_ids", "d2")
     insert(spark, changes, tables.CHANGES, app_id="dkmsks-changes", version=to_t)
     metrics = out.where("record = 'metric'").select(

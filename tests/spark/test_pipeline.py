@@ -1,0 +1,199 @@
+"""The Spark + Delta pipeline equals the brute-force oracle and the in-memory engine.
+
+One small real-data workload is ingested once into a landing database; every configuration
+then runs in a database of its own whose landing tables are Delta shallow clones of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import real_objects
+from dkmsks.core.engine import build_engine
+from dkmsks.core.model import Vocabulary, results_equal, describe_difference
+from dkmsks.core.oracle import oracle_results
+from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.io.formats import read_events, read_objects, write_events, write_objects
+
+pytestmark = pytest.mark.spark
+
+SPEC = WorkloadSpec(o_init=3000, subscriptions=300, timestamps=5, objects_per_ts=200,
+                    inserts_per_ts=20, deletes_per_ts=20, k_max=6, seed=11)
+T = SPEC.timestamps
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    source, vocab = real_objects(SPEC.objects_needed)
+    objects, events = generate_workload(source, SPEC)
+    folder = tmp_path_factory.mktemp("workload")
+    write_objects(folder / "objects.tsv.gz", objects, vocab)
+    write_events(folder / "events.tsv.gz", events, vocab)
+    v = Vocabulary()  # read back through the validating readers, as every path does
+    objs = read_objects(folder / "objects.tsv.gz", v).objects
+    evs = read_events(folder / "events.tsv.gz", v).events
+    oracle = {t: oracle_results(objs, evs, t) for t in range(T + 1)}
+    return folder, objs, evs, oracle
+
+
+@pytest.fixture(scope="module")
+def landing(spark, workload):
+    from dkmsks.spark import tables
+    from dkmsks.spark.ingest import ingest_events, ingest_objects
+
+    folder = workload[0]
+    spark.sql("CREATE DATABASE IF NOT EXISTS pipeline_landing")
+    spark.catalog.setCurrentDatabase("pipeline_landing")
+    tables.ensure_tables(spark)
+    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
+    ingest_events(spark, folder / "events.tsv.gz", run_id="test")
+    spark.catalog.setCurrentDatabase("default")
+    return "pipeline_landing"
+
+
+@pytest.fixture
+def pipeline_db(spark, landing, request):
+    """A fresh database with shallow clones of the landing tables, selected as current."""
+    name = "p_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")  # test-made name, alphanumeric only
+    spark.sql(f"CREATE DATABASE {name}")
+    spark.catalog.setCurrentDatabase(name)
+    for table in ("objects", "subscription_events"):
+        spark.sql(f"CREATE TABLE {name}.{table} SHALLOW CLONE {landing}.{table}")
+    yield name
+    spark.catalog.setCurrentDatabase("default")
+    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
+
+
+def _partition(spark, method, m):
+    from dkmsks.spark.partition_job import PartitionParams, run_partition
+
+    return run_partition(spark, PartitionParams(method=method, workers=m, gamma1=40, theta=4, grid=256),
+                         run_id="test")
+
+
+def _state_results(spark):
+    from dkmsks.spark.export import results_as_of
+
+    return results_as_of(spark)[1]
+
+
+def _assert_equal(got, expected):
+    assert results_equal(got, expected), describe_difference(got, expected)
+
+
+@pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
+def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spark, pipeline_db, workload, method):
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    _, objs, evs, oracle = workload
+    _partition(spark, method, 3)
+    _assert_equal(results_as_of(spark, 0)[1], oracle[0])
+    report = run_microbatch(spark, run_id="one-job")
+    assert report.timestamps == list(range(1, T + 1))
+    _assert_equal(_state_results(spark), oracle[T])
+    for t in (2, 4):  # inside the single run: time travel to its base + the change log
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+
+    engine, _ = build_engine(method, objs, evs, 3, gamma1=40, theta=4, grid=256)
+    for _ in engine.run(objs, evs):
+        pass
+    _assert_equal(_state_results(spark), engine.results())
+
+
+@pytest.mark.parametrize("m", [1, 20])
+def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workload, m):
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    oracle = workload[3]
+    _partition(spark, "dkm", m)
+    assert spark.table("knn_state").select("worker").distinct().count() == min(m, 300)
+    run_microbatch(spark, run_id="m")
+    _assert_equal(_state_results(spark), oracle[T])
+
+
+def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeline_db, workload):
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    oracle = workload[3]
+    _partition(spark, "dkm", 3)
+    for t in range(1, T + 1):
+        report = run_microbatch(spark, run_id=f"ts-{t}", max_timestamps=1)
+        assert report.timestamps == [t]
+        _assert_equal(_state_results(spark), oracle[t])
+    for t in range(T + 1):
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+
+
+def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db, workload, monkeypatch):
+    from delta.tables import DeltaTable
+
+    from dkmsks.spark import microbatch_job
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    oracle = workload[3]
+    _partition(spark, "kop", 3)
+    run_microbatch(spark, run_id="first", until=3)
+    watched = ("knn_state", "result_changes", "worker_metrics", "ledger")
+    versions = {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched}
+    counts = {t: spark.table(t).count() for t in watched}
+
+    # Pretend the ledger lost t=2..3: the run recomputes its timestamps (from the state before
+    # that commit, by time travel), and every write is a replay that Delta skips.
+    monkeypatch.setattr(microbatch_job, "last_processed", lambda spark: 1)
+    report = run_microbatch(spark, run_id="replay", until=3)
+    assert report.recovered and report.timestamps == [1, 2, 3]
+    assert {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched} == versions
+    assert {t: spark.table(t).count() for t in watched} == counts
+    _assert_equal(_state_results(spark), oracle[3])
+
+
+def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, workload):
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.microbatch_job import current_plan, run_microbatch
+    from dkmsks.spark.partition_job import PartitionParams, run_repartition
+
+    oracle = workload[3]
+    _partition(spark, "dkm", 3)
+    run_microbatch(spark, run_id="before", until=2)
+    report = run_repartition(spark, PartitionParams(method="sop", workers=4, theta=4), run_id="re")
+    assert report.plan_version == 1 and current_plan(spark).workers == 4
+    _assert_equal(_state_results(spark), oracle[2])
+    loads = spark.table("worker_loads").collect()
+    assert sorted(r.worker for r in loads) == [0, 1, 2, 3]
+    run_microbatch(spark, run_id="after")
+    _assert_equal(_state_results(spark), oracle[T])
+    for t in (1, 2, 4):
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+
+
+def test_crash_after_the_state_commit_is_recovered_without_double_apply(spark, pipeline_db, workload, monkeypatch):
+    from dkmsks.spark import microbatch_job
+    from dkmsks.spark.export import processed_timestamps
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    oracle = workload[3]
+    _partition(spark, "dkm", 3)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("driver killed after the state commit")
+
+    monkeypatch.setattr(microbatch_job, "write_ledger", crash)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        run_microbatch(spark, run_id="crashing", until=3)
+    monkeypatch.undo()
+    assert processed_timestamps(spark) == [0]
+
+    report = run_microbatch(spark, run_id="recovery")
+    assert report.recovered and report.timestamps == [1, 2, 3]
+    run_microbatch(spark, run_id="rest")
+    assert processed_timestamps(spark) == list(range(T + 1))
+    _assert_equal(_state_results(spark), oracle[T])
+    dup = spark.sql("SELECT t, sub_id, change, count(*) AS n FROM result_changes GROUP BY 1, 2, 3 HAVING n > 1")
+    assert dup.count() == 0
+    per_t = {r.t: r.n for r in spark.sql("SELECT t, count(*) AS n FROM worker_metrics GROUP BY t").collect()}
+    assert per_t == {t: 3 for t in range(1, T + 1)}
+    assert np.all(np.asarray(sorted(per_t)) == np.arange(1, T + 1))
