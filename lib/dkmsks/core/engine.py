@@ -5,7 +5,10 @@ shape"): after the initial phase each initial subscription sits on the worker ch
 partition plan with its exact kNN within ``O_init`` as state. Then, per timestamp ``t``
 (DESIGN §1 order): deletions (each worker drops the ids it holds, the main server updates
 ``C(w)``), insertions (the main server assigns each new subscription to a worker; it starts
-with an empty result), and the new objects, handed to every worker.
+with an empty result), and the new objects, handed to every worker. With a main server that
+re-estimates costs as balls shrink (``MainServer(new_cost="live")``, see :class:`Refresher`),
+the engine then reports every subscription whose result changed, with its new radius², so the
+server's ``C(w)`` follows the actual balls of new subscriptions (``time_refresh``).
 
 Per timestamp it records the paper's metrics (DESIGN §5): update time split into kNN update /
 insertion / deletion, per-worker time and work (pairs tested, DESIGN §3 fact 4), the load
