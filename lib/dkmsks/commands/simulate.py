@@ -102,7 +102,8 @@ def summary(rows: list[dict[str, float | int]]) -> str:
     return (
         f"{n} timestamp(s): mean update {1e3 * avg('update_time'):.1f} ms "
         f"(kNN {1e3 * avg('time_knn'):.1f}, insertion {1e3 * avg('time_insert'):.1f}, "
-        f"deletion {1e3 * avg('time_delete'):.1f}, cost refresh {1e3 * avg('time_refresh'):.1f}); mean load balance {1e3 * avg('load_balance'):.1f} ms; "
+        f"deletion {1e3 * avg('time_delete'):.1f}, cost refresh {1e3 * avg('time_refresh'):.1f}); "
+        f"mean load balance {1e3 * avg('load_balance'):.1f} ms; "
         f"mean work {avg('work'):,.0f} pairs (max/mean {avg('work_imbalance'):.2f}, "
         f"minimum {avg('min_work'):,.0f})"
     )
