@@ -24,6 +24,8 @@ def add_partition_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma2", type=int, default=20, help="DkM-SKS: hybrid split below this size (%(default)s)")
     p.add_argument("--grid", type=int, default=16384, help="DkM-SKS worker grid size G (%(default)s)")
     p.add_argument("--t0", type=int, default=0, help="end of the initial phase T0 (%(default)s)")
+    p.add_argument("--new-cost", choices=["live", "paper"], default="live",
+                   help="cost of new subscriptions: actual ball (live) or the paper's Eq. 7 (%(default)s)")
 
 
 def params_from(args: argparse.Namespace):
@@ -35,7 +37,7 @@ def params_from(args: argparse.Namespace):
     if args.gamma2 < 0:
         raise ValueError(f"--gamma2 must be at least 0, got {args.gamma2}")
     return PartitionParams(method=args.method, workers=args.workers, theta=args.theta, gamma1=args.gamma1,
-                           gamma2=args.gamma2, grid=args.grid, t0=args.t0)
+                           gamma2=args.gamma2, grid=args.grid, t0=args.t0, new_cost=args.new_cost)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -17,13 +17,12 @@ COMMAND_MODULES = (
     "generate",
     "oracle",
     "simulate",
-    "demo",
     "run",
     "publish",
     "export",
     "sql",
     "status",
-    "bench",
+    "follow",
 )
 
 

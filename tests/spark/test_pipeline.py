@@ -197,3 +197,37 @@ def test_crash_after_the_state_commit_is_recovered_without_double_apply(spark, p
     per_t = {r.t: r.n for r in spark.sql("SELECT t, count(*) AS n FROM worker_metrics GROUP BY t").collect()}
     assert per_t == {t: 3 for t in range(1, T + 1)}
     assert np.all(np.asarray(sorted(per_t)) == np.arange(1, T + 1))
+
+
+def test_follow_mode_refuses_too_few_task_slots(spark, pipeline_db, tmp_path):
+    from dkmsks.spark.follow import FollowSession
+
+    _partition(spark, "dkm", 2)
+    with pytest.raises(ValueError, match=r"at least m \+ 1 = 3 task slots"):
+        FollowSession(spark, spool_root=tmp_path, run_id="f").start()
+
+
+def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(spark, pipeline_db, workload, tmp_path):
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.follow import FollowSession, StateChanged
+    from dkmsks.spark.partition_job import PartitionParams, run_repartition
+
+    oracle = workload[3]
+    # The test session has 2 task slots: one for the long-running worker task, one for the
+    # driver's reads and commits.
+    _partition(spark, "dkm", 1)
+    with FollowSession(spark, spool_root=tmp_path, run_id="follow") as session:
+        for t in range(1, 4):
+            report = session.step(max_timestamps=1)
+            assert report.timestamps == [t]
+            _assert_equal(_state_results(spark), oracle[t])
+        assert session.step(until=3).timestamps == []
+        run_repartition(spark, PartitionParams(method="sop", workers=1, theta=4), run_id="re")
+        with pytest.raises(StateChanged):
+            session.step()
+    with FollowSession(spark, spool_root=tmp_path, run_id="follow-2") as session:
+        assert session.step().timestamps == [4, 5]
+    _assert_equal(_state_results(spark), oracle[T])
+    for t in range(T + 1):
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+    assert list(tmp_path.iterdir()) == []  # spools are removed

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         info = current_plan(spark)
         if info is None:
             params = PartitionParams(method=args.method, workers=args.workers, theta=args.theta,
-                                     gamma1=args.gamma1, gamma2=args.gamma2, grid=args.grid, t0=args.t0)
+                                     gamma1=args.gamma1, gamma2=args.gamma2, grid=args.grid, t0=args.t0,
+                                     new_cost=args.new_cost)
             rep = run_partition(spark, params, run_id="run")
             say(f"partitioned {rep.subscriptions:,} subscriptions with {rep.method} over m={rep.workers} "
                 f"({rep.subsets:,} subsets): " + ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in rep.phases_ms.items()))

@@ -23,6 +23,9 @@ def add_tuning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma2", type=int, default=20, help="DkM-SKS: gamma2 (%(default)s)")
     p.add_argument("--grid", type=int, default=16384, help="DkM-SKS worker grid G (%(default)s)")
     p.add_argument("--t0", type=int, default=0, help="end of the initial phase T0 (%(default)s)")
+    p.add_argument("--new-cost", choices=["live", "paper"], default="live",
+                   help="cost of new subscriptions: over their actual ball, re-estimated as it shrinks "
+                        "(live), or the paper's Eq. 7 estimate (paper) (%(default)s)")
 
 
 def session(args: argparse.Namespace, app: str):

@@ -123,93 +123,115 @@ def _result_lists(ids_row: np.ndarray, d2_row: np.ndarray, k: int) -> tuple[list
     return ids_row[:n].tolist(), d2_row[:n].tolist()
 
 
-def run_worker(worker_id: int, rows: Iterable[Any], payload: BatchPayload) -> Iterator[tuple]:
-    """Apply every pending timestamp of ``payload`` to one worker; yield output records.
+class WorkerSession:
+    """One worker's warm state: built once from its ``knn_state`` rows, then fed batches.
 
-    ``rows`` are the worker's ``knn_state`` rows (anything indexable by column name). The
-    result is deterministic for given inputs, so a retried Spark task yields the same records.
+    :meth:`apply` processes a :class:`BatchPayload` (pending timestamps in order) and yields
+    output records; the worker stays in memory between calls, so a long-running task (follow
+    mode) pays the index build once (DESIGN §3 fact 6).
     """
-    vocab = Vocabulary()
-    rows = list(rows)
-    arrays, weight, subset = _state_arrays(rows, vocab)
-    attrs: dict[int, tuple[float, float, list[str], int, int, int, int]] = {
-        int(r["sub_id"]): (r["x"], r["y"], list(r["keywords"]), int(r["k"]), int(r["registered_t"]),
-                           int(w), int(s))
-        for r, w, s in zip(rows, weight.tolist(), subset.tolist(), strict=True)
-    }
-    del rows
-    space = Rect(*payload.space)
-    groups = subset if payload.method == "sop" else None
-    worker = Worker.from_arrays(payload.method, space, arrays, groups=groups, grid=payload.grid,
-                                **payload.index_options)
 
-    obj_kw = payload.obj_keywords.encode(vocab)
-    ins_kw_all = payload.ins_keywords.encode(vocab)
-    mine_del = np.flatnonzero(payload.del_worker == worker_id)
-    mine_ins = np.flatnonzero(payload.ins_worker == worker_id)
-    touched: dict[int, tuple[int, int]] = {}  # sub id -> (last t, seq) of its last change
-    deleted_last: dict[int, tuple[int, int]] = {}
-    seq = 0
-    objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
+    def __init__(self, worker_id: int, rows: Iterable[Any], *, method: str,
+                 space: tuple[float, float, float, float], grid: int,
+                 index_options: dict[str, float] | None = None) -> None:
+        self.worker_id = worker_id
+        self.method = method
+        self.vocab = Vocabulary()
+        rows = list(rows)
+        arrays, weight, subset = _state_arrays(rows, self.vocab)
+        # Attributes the state does not keep, needed to write full rows back.
+        self.attrs: dict[int, tuple[float, float, list[str], int, int, int, int]] = {
+            int(r["sub_id"]): (r["x"], r["y"], list(r["keywords"]), int(r["k"]), int(r["registered_t"]),
+                               int(w), int(s))
+            for r, w, s in zip(rows, weight.tolist(), subset.tolist(), strict=True)
+        }
+        self.sop = method == "sop"
+        self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if self.sop else None,
+                                         grid=grid, **(index_options or {}))
 
-    for t in payload.timestamps:
-        started = time.perf_counter()
-        dels = mine_del[payload.del_t[mine_del] == t]
-        if dels.shape[0]:
-            ids = payload.del_ids[dels]
-            worker.remove(ids)
-            for sid in ids.tolist():
+    def apply(self, payload: BatchPayload) -> Iterator[tuple]:
+        """Apply every timestamp of ``payload`` (deletions, insertions, objects); yield records."""
+        worker_id, worker, vocab = self.worker_id, self.worker, self.vocab
+        obj_kw = payload.obj_keywords.encode(vocab)
+        ins_kw_all = payload.ins_keywords.encode(vocab)
+        mine_del = np.flatnonzero(payload.del_worker == worker_id)
+        mine_ins = np.flatnonzero(payload.ins_worker == worker_id)
+        touched: dict[int, tuple[int, int]] = {}  # sub id -> (t, seq) of its last change
+        deleted_last: dict[int, tuple[int, int]] = {}
+        seq = 0
+        objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
+
+        for t in payload.timestamps:
+            started = time.perf_counter()
+            dels = mine_del[payload.del_t[mine_del] == t]
+            if dels.shape[0]:
+                ids = payload.del_ids[dels]
+                worker.remove(ids)
+                for sid in ids.tolist():
+                    seq += 1
+                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="delete")
+                    deleted_last[sid] = (t, seq)
+                    touched.pop(sid, None)
+                    self.attrs.pop(sid, None)
+            delete_ms = (time.perf_counter() - started) * 1e3
+
+            started = time.perf_counter()
+            ins = mine_ins[payload.ins_t[mine_ins] == t]
+            if ins.shape[0]:
+                kws = ins_kw_all.take(ins)
+                subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins], kws,
+                                     payload.ins_k[ins], payload.ins_t[ins])
+                groups = np.full(ins.shape[0], -1, dtype=np.int64) if self.sop else None
+                worker.add(subs, None, groups=groups)
+                for j in ins.tolist():
+                    sid = int(payload.ins_ids[j])
+                    self.attrs[sid] = (float(payload.ins_x[j]), float(payload.ins_y[j]),
+                                       payload.ins_keywords.row(j), int(payload.ins_k[j]), int(t),
+                                       int(payload.ins_weight[j]), -1)
+                    seq += 1
+                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="insert",
+                                  object_ids=[], d2=[])
+                    touched[sid] = (t, seq)
+                    deleted_last.pop(sid, None)
+            insert_ms = (time.perf_counter() - started) * 1e3
+
+            started = time.perf_counter()
+            lo, hi = np.searchsorted(payload.obj_t, [t, t + 1])
+            stats = worker.process(objects_all.take(np.arange(lo, hi)))
+            changed = worker.changed_arrays(stats)
+            knn_ms = (time.perf_counter() - started) * 1e3
+            for i, sid in enumerate(changed.sub_ids.tolist()):
+                oids, d2 = _result_lists(changed.ids[i], changed.d2[i], int(changed.k[i]))
                 seq += 1
-                yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="delete")
-                deleted_last[sid] = (t, seq)
-                touched.pop(sid, None)
-        delete_ms = (time.perf_counter() - started) * 1e3
-
-        started = time.perf_counter()
-        ins = mine_ins[payload.ins_t[mine_ins] == t]
-        if ins.shape[0]:
-            kws = ins_kw_all.take(ins)
-            subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins], kws,
-                                 payload.ins_k[ins], payload.ins_t[ins])
-            worker.add(subs, None, groups=np.full(ins.shape[0], -1, dtype=np.int64) if groups is not None else None)
-            for j in ins.tolist():
-                sid = int(payload.ins_ids[j])
-                attrs[sid] = (float(payload.ins_x[j]), float(payload.ins_y[j]), payload.ins_keywords.row(j),
-                              int(payload.ins_k[j]), int(t), int(payload.ins_weight[j]), -1)
-                seq += 1
-                yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="insert",
-                              object_ids=[], d2=[])
+                yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="update",
+                              object_ids=oids, d2=d2)
                 touched[sid] = (t, seq)
-                deleted_last.pop(sid, None)
-        insert_ms = (time.perf_counter() - started) * 1e3
+            yield _record(
+                record="metric", t=t, worker=worker_id, subscriptions=len(worker),
+                pairs_tested=int(stats.pairs_tested), pairs_in_ball=int(stats.pairs_accepted),
+                results_changed=int(changed.sub_ids.shape[0]), knn_ms=knn_ms, insert_ms=insert_ms,
+                delete_ms=delete_ms,
+            )
 
-        started = time.perf_counter()
-        lo, hi = np.searchsorted(payload.obj_t, [t, t + 1])
-        stats = worker.process(objects_all.take(np.arange(lo, hi)))
-        changed = worker.changed_arrays(stats)
-        knn_ms = (time.perf_counter() - started) * 1e3
-        for i, sid in enumerate(changed.sub_ids.tolist()):
-            oids, d2 = _result_lists(changed.ids[i], changed.d2[i], int(changed.k[i]))
-            seq += 1
-            yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="update",
-                          object_ids=oids, d2=d2)
-            touched[sid] = (t, seq)
-        yield _record(
-            record="metric", t=t, worker=worker_id, subscriptions=len(worker),
-            pairs_tested=int(stats.pairs_tested), pairs_in_ball=int(stats.pairs_accepted),
-            results_changed=int(changed.sub_ids.shape[0]), knn_ms=knn_ms, insert_ms=insert_ms,
-            delete_ms=delete_ms,
-        )
+        # Final state of every subscription this batch touched: full rows for knn_state.
+        if touched:
+            final = worker.state.to_arrays(worker.state.rows_of(np.fromiter(touched, dtype=np.int64)))
+            for i, sid in enumerate(final.sub_ids.tolist()):
+                x, y, kws, k, reg_t, w, s = self.attrs[sid]
+                oids, d2 = _result_lists(final.ids[i], final.d2[i], k)
+                last_t, last_seq = touched[sid]
+                yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid,
+                              change="upsert", object_ids=oids, d2=d2, x=x, y=y, keywords=kws, k=k,
+                              registered_t=reg_t, weight=w, subset=s)
+        for sid, (last_t, last_seq) in deleted_last.items():
+            yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid, change="delete")
 
-    # Final state of every subscription this run touched: full rows to merge into knn_state.
-    if touched:
-        final = worker.state.to_arrays(worker.state.rows_of(np.fromiter(touched, dtype=np.int64)))
-        for i, sid in enumerate(final.sub_ids.tolist()):
-            x, y, kws, k, reg_t, w, s = attrs[sid]
-            oids, d2 = _result_lists(final.ids[i], final.d2[i], k)
-            last_t, last_seq = touched[sid]
-            yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid,
-                          change="upsert", object_ids=oids, d2=d2, x=x, y=y, keywords=kws, k=k,
-                          registered_t=reg_t, weight=w, subset=s)
-    for sid, (last_t, last_seq) in deleted_last.items():
-        yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid, change="delete")
+
+def run_worker(worker_id: int, rows: Iterable[Any], payload: BatchPayload) -> Iterator[tuple]:
+    """Build one worker from its ``knn_state`` rows and apply ``payload`` (a one-shot task).
+
+    Deterministic for given inputs, so a retried Spark task yields the same records.
+    """
+    session = WorkerSession(worker_id, rows, method=payload.method, space=payload.space, grid=payload.grid,
+                            index_options=payload.index_options)
+    yield from session.apply(payload)

@@ -49,6 +49,7 @@ class PlanInfo:
     grid: int
     space: Rect
     meta: dict
+    new_cost: str = "paper"
 
 
 def current_plan(spark: SparkSession) -> PlanInfo | None:
@@ -64,7 +65,7 @@ def current_plan(spark: SparkSession) -> PlanInfo | None:
     meta = json.loads(p.meta_json)
     params = json.loads(p.params)
     return PlanInfo(int(p.plan_version), p.method, int(p.workers), int(params["t0"]), int(params["grid"]),
-                    Rect(*(float(v) for v in meta["space"])), meta)
+                    Rect(*(float(v) for v in meta["space"])), meta, params.get("new_cost", "paper"))
 
 
 def last_processed(spark: SparkSession) -> int | None:
@@ -114,7 +115,10 @@ def build_main_server(spark: SparkSession, info: PlanInfo, vocab: Vocabulary,
                       state_version: int | None = None) -> MainServer:
     """The main server of the current plan with ``C(w)`` of the live subscriptions."""
     objects, stats = load_oinit(spark, info.t0, vocab)
-    knn_index = None if info.method == Method.KOP.value else StaticKnnIndex.build(objects, len(vocab))
+    # With live costs a new subscription is costed over its actual (infinite) ball: no O_init
+    # kNN is needed, so the index is only built for the paper's estimate.
+    needs_knn = info.method != Method.KOP.value and info.new_cost == "paper"
+    knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn else None
     state = read_state_columns(spark, state_version)
     subsets = spark.table(tables.SUBSETS).where(F.col("plan_version") == info.plan_version).drop(
         "plan_version").toArrow()
@@ -126,7 +130,9 @@ def build_main_server(spark: SparkSession, info: PlanInfo, vocab: Vocabulary,
         {"sub_id": state.sub_ids, "worker": state.worker, "weight": state.weight, "subset": state.subset},
         subset_cols,
     )
-    return MainServer(plan, stats, knn_index)
+    # Subscriptions restored from knn_state count as the plan's: their stored (last refreshed)
+    # costs stay fixed; those registered from now on are re-estimated as their balls shrink.
+    return MainServer(plan, stats, knn_index, new_cost=info.new_cost)
 
 
 @dataclass
@@ -204,6 +210,67 @@ def run_workers(spark: SparkSession, info: PlanInfo, payload: BatchPayload, stat
     return df
 
 
+def _refreshed_weights(spark: SparkSession, server: MainServer, finals: DataFrame) -> DataFrame:
+    """Re-estimate the costs of new subscriptions whose ball changed (``new_cost="live"``) on
+    the main server, and carry the new weights into the rows merged into ``knn_state``."""
+    if server.new_cost != "live" or server.method is Method.KOP:
+        return finals
+    full = F.size("object_ids") >= F.col("k")
+    balls = finals.where("change = 'upsert'").select(
+        "sub_id", F.when(full, F.element_at("d2", F.col("k"))).otherwise(float("inf")).alias("r2")).toArrow()
+    if balls.num_rows == 0:
+        return finals
+    ids = np.asarray(balls.column("sub_id").to_numpy(), dtype=np.int64)
+    server.refresh(ids, np.asarray(balls.column("r2").to_numpy(), dtype=np.float64))
+    workers, weights = server.lookup_weights(ids)
+    keep = workers >= 0
+    fresh = spark.createDataFrame(
+        list(zip(ids[keep].tolist(), weights[keep].tolist(), strict=True)), "sub_id long, fresh_weight long")
+    return (finals.join(F.broadcast(fresh), "sub_id", "left")
+            .withColumn("weight", F.coalesce("fresh_weight", "weight")).drop("fresh_weight"))
+
+
+def commit_run(
+    spark: SparkSession, out: DataFrame, *, info: PlanInfo, routed: RoutedBatch, timestamps: list[int],
+    from_t: int, run_id: str, committed_version: int | None = None, server: MainServer | None = None,
+) -> int:
+    """The commit protocol of the module doc for the worker records ``out`` of one run.
+
+    ``committed_version`` is given when recovering: the state commit already happened.
+    Returns the ``knn_state`` version that holds the results of ``timestamps``.
+    """
+    to_t = timestamps[-1]
+    if committed_version is None:
+        finals = out.where("record = 'final'").select(
+            "sub_id", "worker", "x", "y", "keywords", "k", "registered_t", "weight", "subset",
+            "object_ids", "d2", "t", "change")
+        if server is not None:
+            finals = _refreshed_weights(spark, server, finals)
+        new_version = _commit_state(spark, finals, info.plan_version, from_t, to_t)
+    else:
+        new_version = committed_version
+    changes = out.where("record = 'change'").select("t", "worker", "sub_id", "change", "object_ids", "d2")
+    insert(spark, changes, tables.CHANGES, app_id="dkmsks-changes", version=to_t)
+    metrics = out.where("record = 'metric'").select(
+        "t", F.lit(info.plan_version).cast("bigint").alias("plan_version"), "worker", "subscriptions",
+        "pairs_tested", "pairs_in_ball", "results_changed", "knn_ms", "insert_ms", "delete_ms",
+        F.lit(run_id).alias("run_id"))
+    insert(spark, metrics, tables.WORKER_METRICS, app_id="dkmsks-metrics", version=to_t)
+    if routed.rejected:
+        rows = [("subscription_events", "microbatch", int(t), reason, str(sid), run_id)
+                for t, sid, reason in routed.rejected]
+        rej = spark.createDataFrame(rows, "target string, source string, line long, reason string, text string, run_id string")
+        view = "_dkmsks_rejected"
+        rej.createOrReplaceTempView(view)
+        try:
+            run_sql(spark, "dml/merge_quarantine.sql", target=tables.QUARANTINE, source=view)
+        finally:
+            spark.catalog.dropTempView(view)
+    write_ledger(spark, timestamps, plan_version=info.plan_version, state_version=new_version, run_from_t=from_t,
+                 counts=routed.counts, run_id=run_id)
+    return new_version
+
+
 @dataclass
 class MicrobatchReport:
     run_id: str
@@ -277,29 +344,8 @@ def run_microbatch(
     phases["workers"] = (time.perf_counter() - started) * 1e3
 
     started = time.perf_counter()
-    if recovering:
-        new_version = state_version
-    else:
-        finals = out.where("record = 'final'").select(
-            "sub_id", "worker", "x", "y", "keywords", "k", "registered_t", "weight", "subset",
-            "object_ids", "d2", "t", "change")
-        new_version = _commit_state(spark, finals, info.plan_version, last, to_t)
-    changes = out.where("record = 'change'").select("t", "worker", "sub_id", "change", "object_ids", "d2")
-    insert(spark, changes, tables.CHANGES, app_id="dkmsks-changes", version=to_t)
-    metrics = out.where("record = 'metric'").select(
-        "t", F.lit(info.plan_version).cast("bigint").alias("plan_version"), "worker", "subscriptions",
-        "pairs_tested", "pairs_in_ball", "results_changed", "knn_ms", "insert_ms", "delete_ms",
-        F.lit(run_id).alias("run_id"))
-    insert(spark, metrics, tables.WORKER_METRICS, app_id="dkmsks-metrics", version=to_t)
-    if routed.rejected:
-        rows = [("subscription_events", "microbatch", int(t), reason, str(sid), run_id) for t, sid, reason in routed.rejected]
-        rej = spark.createDataFrame(rows, "target string, source string, line long, reason string, text string, run_id string")
-        view = "_dkmsks_rejected"
-        rej.createOrReplaceTempView(view)
-        run_sql(spark, "dml/merge_quarantine.sql", target=tables.QUARANTINE, source=view)
-        spark.catalog.dropTempView(view)
-    write_ledger(spark, ts, plan_version=info.plan_version, state_version=new_version, run_from_t=last,
-                 counts=routed.counts, run_id=run_id)
+    commit_run(spark, out, info=info, routed=routed, timestamps=ts, from_t=last, run_id=run_id,
+               committed_version=state_version if recovering else None, server=server)
     out.unpersist()
     phases["commit"] = (time.perf_counter() - started) * 1e3
     report.objects = sum(c[0] for c in routed.counts.values())

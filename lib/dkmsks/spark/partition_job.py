@@ -46,10 +46,13 @@ class PartitionParams:
     grid: int = 16384
     t0: int = 0
     knn_partitions: int = 4
+    #: Cost of a new subscription: "live" (over its actual ball, re-estimated as it shrinks;
+    #: see dkmsks.core.partition.server) or "paper" (Eq. 7 over its O_init ball).
+    new_cost: str = "live"
 
     def as_json(self) -> str:
         return json.dumps({"theta": self.theta, "gamma1": self.gamma1, "gamma2": self.gamma2,
-                           "grid": self.grid, "t0": self.t0}, sort_keys=True)
+                           "grid": self.grid, "t0": self.t0, "new_cost": self.new_cost}, sort_keys=True)
 
 
 @dataclass

@@ -1,0 +1,41 @@
+"""``dkm follow``: keep one application and one task per worker warm; process each new
+timestamp as it lands (publish with ``dkm publish`` from another shell)."""
+
+from __future__ import annotations
+
+import argparse
+
+from dkmsks.commands.spark_common import add_warehouse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "follow",
+        help="process new timestamps as they land, with warm workers (low latency)",
+        description=(
+            "Starts one long-running Spark task per worker (built once from knn_state) and a warm "
+            "main server, then polls the landing tables and processes each new timestamp with the "
+            "same exactly-once commit protocol as 'dkm run'. Needs at least m + 1 task slots: "
+            "the default master is local[--slots]."
+        ),
+    )
+    add_warehouse(p)
+    p.add_argument("--slots", type=int, default=32, help="task slots of the default local master (%(default)s)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls when idle (%(default)s)")
+    p.add_argument("--until", type=int, default=None, help="stop after processing timestamp T")
+    p.add_argument("--idle-exit", type=float, default=None, help="stop after this many idle seconds")
+    p.add_argument("--max-timestamps", type=int, default=None, help="at most this many timestamps per round")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dkmsks.spark.follow import follow_forever
+    from dkmsks.spark.session import build_session
+
+    spark = build_session(args.warehouse, app_name="dkmsks-follow", master=args.master or f"local[{args.slots}]")
+    try:
+        return follow_forever(spark, spool_root=args.warehouse / "_spool", run_id="follow", until=args.until,
+                              max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
+                              log=lambda text: print(text, flush=True))
+    finally:
+        spark.stop()

@@ -1,0 +1,275 @@
+"""Follow mode: one warm application, one long-running Spark task per worker.
+
+A catch-up run rebuilds every worker from ``knn_state`` — right for a backlog, wrong for one
+timestamp at a time: DESIGN §3 fact 6 says touching all state per timestamp is the enemy.
+Here the ``m`` worker tasks of one barrier stage build their worker once and then stay
+alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round. The driver —
+the main server, also kept warm — routes each new timestamp, drops the payload into a spool
+directory, collects the workers' records from it and commits them with the same protocol as
+a catch-up run (:func:`dkmsks.spark.microbatch_job.commit_run`).
+
+The spool is a local directory, so follow mode needs the driver and executors to share a
+filesystem (local mode, or a cluster with the warehouse volume mounted everywhere, as in
+``docker-compose.yml``), and at least ``m + 1`` task slots: the worker stage holds ``m`` of
+them for as long as the session lives, and the driver's own reads and commits need the rest. If a worker task fails, the session
+stops; the next session rebuilds from Delta, where every committed timestamp is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from dkmsks.core.model import Vocabulary
+from dkmsks.spark.bridge import WorkerSession
+from dkmsks.spark.driver_data import read_events_between, read_objects_between, state_frame
+from dkmsks.spark.microbatch_job import (
+    MicrobatchReport,
+    _state_commit,
+    build_main_server,
+    commit_run,
+    current_plan,
+    last_processed,
+    pending_timestamps,
+    route,
+    run_microbatch,
+)
+from dkmsks.spark.schemas import WORKER_OUTPUT
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _round_file(spool: Path, n: int) -> Path:
+    return spool / f"round-{n:06d}.payload"
+
+
+def _output_file(spool: Path, n: int, worker: int) -> Path:
+    return spool / f"round-{n:06d}.w{worker:04d}"
+
+
+def follow_worker_loop(items: Any, spool: str, config: dict[str, Any], poll: float) -> Any:
+    """Body of one long-running worker task (executed on an executor)."""
+    from pyspark import BarrierTaskContext
+
+    worker_id = BarrierTaskContext.get().partitionId()
+    folder = Path(spool)
+    try:
+        session = WorkerSession(worker_id, (row for _, row in items), **config)
+        _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
+        n = 0
+        while True:
+            payload_path = _round_file(folder, n)
+            if payload_path.exists():
+                payload = pickle.loads(payload_path.read_bytes())
+                records = list(session.apply(payload))
+                _atomic_write(_output_file(folder, n, worker_id), pickle.dumps(records, protocol=5))
+                n += 1
+            elif (folder / "stop").exists():
+                break
+            else:
+                time.sleep(poll)
+    except Exception:
+        _atomic_write(folder / f"error.w{worker_id:04d}", traceback.format_exc().encode())
+        raise
+    return iter([(worker_id, n)])
+
+
+class StateChanged(RuntimeError):
+    """Another job changed ``knn_state`` under a follow session; the session must restart."""
+
+
+@dataclass
+class FollowStats:
+    rounds: int = 0
+    timestamps: int = 0
+
+
+class FollowSession:
+    """The warm driver side of follow mode; see the module doc."""
+
+    def __init__(self, spark: SparkSession, *, spool_root: str | Path, run_id: str, poll: float = 0.005,
+                 start_timeout: float = 600.0) -> None:
+        self.spark = spark
+        self.run_id = run_id
+        self.poll = poll
+        self.spool = Path(spool_root) / f"follow-{uuid.uuid4().hex[:12]}"
+        self.start_timeout = start_timeout
+        self.stats = FollowStats()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._round = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        spark = self.spark
+        # Finish an interrupted catch-up run first: follow mode starts from a clean ledger.
+        last = last_processed(spark)
+        if last is None:
+            raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
+        if int(_state_commit(spark)[1].get("through_t", last)) > last:
+            run_microbatch(spark, run_id=f"{self.run_id}-recovery")
+        self.info = current_plan(spark)
+        assert self.info is not None
+        slots = spark.sparkContext.defaultParallelism
+        if slots < self.info.workers + 1:
+            raise ValueError(
+                f"follow mode keeps one task per worker running and still needs a slot for its own reads "
+                f"and commits: at least m + 1 = {self.info.workers + 1} task slots, but Spark has {slots}; "
+                f"start it with --master local[{self.info.workers + 2}] or more (threads are cheap: idle "
+                "worker tasks only poll)"
+            )
+        self.last = last_processed(spark)
+        self.state_version = _state_commit(spark)[0]
+        self.vocab = Vocabulary()
+        self.server = build_main_server(spark, self.info, self.vocab)
+        self.spool.mkdir(parents=True, exist_ok=False)
+        config = {"method": self.info.method, "space": self.info.space.as_tuple(), "grid": self.info.grid}
+        m, spool, poll = self.info.workers, str(self.spool), self.poll
+        rdd = (
+            state_frame(spark).rdd.map(lambda r: (int(r["worker"]), r.asDict()))
+            .partitionBy(m, lambda w: int(w))
+            .barrier()
+            .mapPartitions(lambda items: follow_worker_loop(items, spool, config, poll))
+        )
+
+        def drive() -> None:
+            try:
+                rdd.collect()
+            except BaseException as err:  # surfaced to the caller by _check()
+                self._failure = err
+
+        self._thread = threading.Thread(target=drive, name="dkmsks-follow-workers", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + self.start_timeout
+        while len(list(self.spool.glob("ready.w*"))) < m:
+            self._check()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker tasks not ready after {self.start_timeout:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            (self.spool / "stop").touch()
+            self._thread.join(timeout=120)
+            self._thread = None
+        shutil.rmtree(self.spool, ignore_errors=True)
+
+    def __enter__(self) -> FollowSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _check(self) -> None:
+        errors = sorted(self.spool.glob("error.w*"))
+        if errors:
+            raise RuntimeError(f"worker task failed:\n{errors[0].read_text()}")
+        if self._failure is not None:
+            raise RuntimeError(f"the worker stage ended: {self._failure}") from self._failure
+        if self._thread is not None and not self._thread.is_alive():
+            raise RuntimeError("the worker stage ended unexpectedly")
+
+    # ------------------------------------------------------------------ one round
+    def step(self, *, until: int | None = None, max_timestamps: int | None = None) -> MicrobatchReport:
+        """Process the timestamps pending now (possibly none) with the warm workers."""
+        spark, info = self.spark, self.info
+        phases: dict[str, float] = {}
+        started = time.perf_counter()
+        self._check()
+        if _state_commit(spark)[0] != self.state_version:
+            raise StateChanged("knn_state was committed by another job (a repartition?); restart follow mode")
+        ts = pending_timestamps(spark, self.last, until)
+        if max_timestamps is not None:
+            ts = ts[:max_timestamps]
+        report = MicrobatchReport(self.run_id, ts, self.last, phases_ms=phases)
+        if not ts:
+            return report
+        to_t = ts[-1]
+        objects = read_objects_between(spark, self.vocab, after=self.last, upto=to_t)
+        events = read_events_between(spark, self.vocab, after=self.last, upto=to_t)
+        phases["read"] = (time.perf_counter() - started) * 1e3
+
+        started = time.perf_counter()
+        routed = route(self.server, info, ts, objects, events, self.vocab)
+        phases["assign"] = (time.perf_counter() - started) * 1e3
+
+        started = time.perf_counter()
+        n = self._round
+        _atomic_write(_round_file(self.spool, n), pickle.dumps(routed.payload, protocol=5))
+        records: list[tuple] = []
+        pending = set(range(info.workers))
+        while pending:
+            for w in sorted(pending):
+                path = _output_file(self.spool, n, w)
+                if path.exists():
+                    records.extend(pickle.loads(path.read_bytes()))
+                    path.unlink()
+                    pending.discard(w)
+            if pending:
+                self._check()
+                time.sleep(self.poll)
+        _round_file(self.spool, n).unlink()
+        self._round += 1
+        phases["workers"] = (time.perf_counter() - started) * 1e3
+
+        started = time.perf_counter()
+        out = spark.createDataFrame(records, schema=WORKER_OUTPUT).cache()
+        self.state_version = commit_run(spark, out, info=info, routed=routed, timestamps=ts, from_t=self.last,
+                                        run_id=self.run_id, server=self.server)
+        out.unpersist()
+        phases["commit"] = (time.perf_counter() - started) * 1e3
+        self.last = to_t
+        report.objects = sum(c[0] for c in routed.counts.values())
+        report.insertions = sum(c[1] for c in routed.counts.values())
+        report.deletions = sum(c[2] for c in routed.counts.values())
+        report.rejected = len(routed.rejected)
+        self.stats.rounds += 1
+        self.stats.timestamps += len(ts)
+        return report
+
+
+def follow_forever(
+    spark: SparkSession, *, spool_root: str | Path, run_id: str, until: int | None = None,
+    max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
+    log: Any = print,
+) -> int:
+    """Run follow sessions until ``until`` is processed or ``idle_exit`` seconds pass idle.
+
+    A session that finds ``knn_state`` changed by another job (a repartition) is restarted
+    from Delta; any other failure propagates (the caller's retry policy applies).
+    """
+    idle_since = time.monotonic()
+    while True:
+        with FollowSession(spark, spool_root=spool_root, run_id=run_id) as session:
+            log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
+            try:
+                while True:
+                    report = session.step(until=until, max_timestamps=max_timestamps)
+                    if report.timestamps:
+                        idle_since = time.monotonic()
+                        phases = ", ".join(f"{k} {v:.0f} ms" for k, v in report.phases_ms.items())
+                        log(f"t={report.timestamps[0]}..{report.timestamps[-1]}: {report.objects:,} objects, "
+                            f"+{report.insertions} -{report.deletions}: {phases}")
+                        continue
+                    if until is not None and session.last >= until:
+                        return 0
+                    if idle_exit is not None and time.monotonic() - idle_since > idle_exit:
+                        return 0
+                    time.sleep(poll)
+            except StateChanged as err:
+                log(f"{err}; restarting")
