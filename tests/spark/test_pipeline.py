@@ -127,6 +127,22 @@ def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeli
     for t in range(T + 1):
         _assert_equal(results_as_of(spark, t)[1], oracle[t])
 
+    # The user-facing views agree with the oracle too.
+    rows = spark.sql("SELECT sub_id, rank, object_id, distance FROM knn_results").collect()
+    from_view: dict[int, list[tuple[int, int, float]]] = {}
+    for r in rows:
+        from_view.setdefault(r.sub_id, []).append((r.rank, r.object_id, r.distance))
+    expected = {s: list(zip(range(1, len(r.object_ids) + 1), r.object_ids.tolist(), r.distances.tolist()))
+                for s, r in oracle[T].items() if len(r.object_ids)}
+    assert {s: sorted(v) for s, v in from_view.items()} == expected
+    loads = spark.sql("SELECT sum(subscriptions) AS n FROM worker_loads").collect()[0].n
+    assert loads == len(oracle[T])
+    per_t = spark.sql("SELECT t, pairs_tested, pairs_in_ball FROM timestamp_metrics ORDER BY t").collect()
+    assert [r.t for r in per_t] == list(range(1, T + 1))
+    assert all(r.pairs_tested >= r.pairs_in_ball for r in per_t)
+    stream = spark.sql("SELECT DISTINCT change_type FROM result_stream").collect()
+    assert {"insert", "update_postimage", "delete"} <= {r.change_type for r in stream}
+
 
 def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db, workload, monkeypatch):
     from delta.tables import DeltaTable
