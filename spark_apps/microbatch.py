@@ -41,6 +41,14 @@ def follow(spark: SparkSession, args: argparse.Namespace) -> int:
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     from dkmsks.spark.microbatch_job import run_microbatch
 
+    from dkmsks.spark import tables
+    from dkmsks.spark.microbatch_job import current_plan
+
+    tables.ensure_tables(spark)
+    if current_plan(spark) is None:
+        # A scheduled run before the first partitioning has nothing to do; it is not an error.
+        print("no partition plan yet (ingest O_init and partition first): nothing to do")
+        return 0
     if args.follow:
         return follow(spark, args)
     run_id = args.run_id or "microbatch"

@@ -57,6 +57,12 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
     params = params_from(args)
     run_id = args.run_id or ("repartition" if args.repartition else "partition")
     if args.repartition:
+        from dkmsks.spark.microbatch_job import current_plan
+
+        tables.ensure_tables(spark)
+        if current_plan(spark) is None:
+            print("no partition plan yet: nothing to repartition (the scheduled run is a no-op)")
+            return 0
         report = run_repartition(spark, params, run_id=run_id)
     else:
         tables.ensure_tables(spark)
