@@ -48,8 +48,7 @@ def dkmsks_microbatch():
         application_args=[
             "--warehouse", "{{ params.warehouse }}",
             "--run-id", "{{ run_id }}",
-            "{{ '--max-timestamps' if params.max_timestamps else '' }}",
-            "{{ params.max_timestamps or '' }}",
+            "--max-timestamps", "{{ params.max_timestamps or 0 }}",
         ],
         outlets=[RESULTS],
     )

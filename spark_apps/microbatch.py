@@ -19,14 +19,19 @@ from dkmsks.spark.app import base_parser, main_with_session
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--until", type=int, default=None, help="process timestamps up to this one only")
-    p.add_argument("--max-timestamps", type=int, default=None, help="at most this many timestamps per run")
+    p.add_argument("--max-timestamps", type=int, default=None,
+                   help="commit every N timestamps (0 or absent: all pending in one run)")
     p.add_argument("--follow", action="store_true",
                    help="keep the application and one task per worker warm; process new timestamps as they land "
                         "(needs at least m task slots, e.g. --master local[32])")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls in --follow mode (%(default)s)")
     p.add_argument("--idle-exit", type=float, default=None,
                    help="--follow: stop after this many seconds without new timestamps")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.max_timestamps is not None and args.max_timestamps < 0:
+        p.error("--max-timestamps must be at least 0")
+    args.max_timestamps = args.max_timestamps or None
+    return args
 
 
 def follow(spark: SparkSession, args: argparse.Namespace) -> int:

@@ -53,13 +53,14 @@ class Api:
         except urllib.error.HTTPError as err:
             return err.code, {}
 
-    def wait_run(self, dag_id: str, run_id: str | None = None, timeout: float = 600) -> dict:
-        """Wait for a run (or the first run of a DAG) to finish; fail on anything but success."""
+    def wait_run(self, dag_id: str, run_id: str | None = None, *, run_type: str | None = None,
+                 timeout: float = 600) -> dict:
+        """Wait for a run (by id, or the newest of a type) to finish; fail on anything but success."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             _, runs = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after")
             for run in runs.get("dag_runs", []):
-                if run_id is None or run["dag_run_id"] == run_id:
+                if (run_id is None or run["dag_run_id"] == run_id) and run_type in (None, run["run_type"]):
                     if run["state"] == "success":
                         return run
                     if run["state"] == "failed":
@@ -125,8 +126,8 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
     api.wait_run("dkmsks_ingest", run["dag_run_id"])
     # The landing asset triggers partitioning (default params), whose plan asset triggers a
     # micro-batch that processes t = 1, 2.
-    api.wait_run("dkmsks_partition")
-    api.wait_run("dkmsks_microbatch")
+    api.wait_run("dkmsks_partition", run_type="asset_triggered")
+    api.wait_run("dkmsks_microbatch", run_type="asset_triggered")
 
     # Publish the next timestamps, then a second micro-batch run processes them.
     dkm = str(Path(sys.executable).with_name("dkm"))
