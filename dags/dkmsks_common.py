@@ -35,8 +35,22 @@ DEFAULT_ARGS = {
 }
 
 
-def app(name: str) -> str:
-    return str(SPARK_APPS / name)
+def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
+    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars,
+    environment and connection; ``--run-id {{ run_id }}`` is appended so every write of the
+    job carries the Airflow run that made it."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(SPARK_APPS / application),
+        conn_id=SPARK_CONN_ID,
+        jars=delta_jars(),
+        env_vars=spark_env(),
+        name=f"dkmsks-{task_id}",
+        application_args=[*args, "--run-id", "{{ run_id }}"],
+        outlets=outlets,
+    )
 
 
 def delta_jars() -> str:
@@ -70,5 +84,4 @@ PARTITION_ARGS = [
     "--gamma2", "{{ params.gamma2 }}",
     "--grid", "{{ params.grid }}",
     "--new-cost", "{{ params.new_cost }}",
-    "--run-id", "{{ run_id }}",
 ]

@@ -9,10 +9,9 @@ line and reason. Re-running with the same files changes nothing. Updates the ass
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag
 
-from dkmsks_common import DEFAULT_ARGS, LANDING, SPARK_CONN_ID, START, WAREHOUSE, app, delta_jars, spark_env
+from dkmsks_common import DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
 
 
 @dag(
@@ -31,21 +30,11 @@ from dkmsks_common import DEFAULT_ARGS, LANDING, SPARK_CONN_ID, START, WAREHOUSE
     },
 )
 def dkmsks_ingest():
-    SparkSubmitOperator(
-        task_id="ingest",
-        application=app("ingest.py"),
-        conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
-        env_vars=spark_env(),
-        name="dkmsks-ingest",
-        application_args=[
-            "--warehouse", "{{ params.warehouse }}",
-            "--objects", "{{ params.objects }}",
-            "--events", "{{ params.events }}",
-            "--run-id", "{{ run_id }}",
-        ],
-        outlets=[LANDING],
-    )
+    spark_job("ingest", "ingest.py", [
+        "--warehouse", "{{ params.warehouse }}",
+        "--objects", "{{ params.objects }}",
+        "--events", "{{ params.events }}",
+    ], outlets=[LANDING])
 
 
 dkmsks_ingest()

@@ -9,13 +9,14 @@ Variable `dkmsks_microbatch_schedule`, default every 5 minutes) and whenever a p
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+import os
+
 from airflow.sdk import Param, dag
 from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from dkmsks_common import DEFAULT_ARGS, PLAN, RESULTS, SPARK_CONN_ID, START, WAREHOUSE, app, delta_jars, spark_env
-import os
+from dkmsks_common import DEFAULT_ARGS, PLAN, RESULTS, START, WAREHOUSE, spark_job
+
 
 # The schedule is read at parse time from the environment (AIRFLOW_VAR_ style keeps it an
 # Airflow Variable without a metadata-database query on every parse).
@@ -38,20 +39,10 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *
     },
 )
 def dkmsks_microbatch():
-    SparkSubmitOperator(
-        task_id="microbatch",
-        application=app("microbatch.py"),
-        conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
-        env_vars=spark_env(),
-        name="dkmsks-microbatch",
-        application_args=[
-            "--warehouse", "{{ params.warehouse }}",
-            "--run-id", "{{ run_id }}",
-            "--max-timestamps", "{{ params.max_timestamps or 0 }}",
-        ],
-        outlets=[RESULTS],
-    )
+    spark_job("microbatch", "microbatch.py", [
+        "--warehouse", "{{ params.warehouse }}",
+        "--max-timestamps", "{{ params.max_timestamps or 0 }}",
+    ], outlets=[RESULTS])
 
 
 dkmsks_microbatch()

@@ -9,12 +9,10 @@ left alone (safe to retry; use `dkmsks_repartition` for a new plan). Updates `dk
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
-from dkmsks_common import (
-    DEFAULT_ARGS, LANDING, PARTITION_ARGS, PARTITION_PARAMS, PLAN, SPARK_CONN_ID, START, app, delta_jars, spark_env,
-)
+from dkmsks_common import DEFAULT_ARGS, LANDING, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, spark_job
+
 
 @dag(
     dag_id="dkmsks_partition",
@@ -28,16 +26,7 @@ from dkmsks_common import (
     params=PARTITION_PARAMS,
 )
 def dkmsks_partition():
-    SparkSubmitOperator(
-        task_id="partition",
-        application=app("partition.py"),
-        conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
-        env_vars=spark_env(),
-        name="dkmsks-partition",
-        application_args=[*PARTITION_ARGS, "--if-absent"],
-        outlets=[PLAN],
-    )
+    spark_job("partition", "partition.py", [*PARTITION_ARGS, "--if-absent"], outlets=[PLAN])
 
 
 dkmsks_partition()

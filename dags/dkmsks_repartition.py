@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import os
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
-from dkmsks_common import (
-    DEFAULT_ARGS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, SPARK_CONN_ID, START, app, delta_jars, spark_env,
-)
+from dkmsks_common import DEFAULT_ARGS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, spark_job
+
 
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *")
 
@@ -33,16 +31,7 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *"
     params=PARTITION_PARAMS,
 )
 def dkmsks_repartition():
-    SparkSubmitOperator(
-        task_id="repartition",
-        application=app("partition.py"),
-        conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
-        env_vars=spark_env(),
-        name="dkmsks-repartition",
-        application_args=[*PARTITION_ARGS, "--repartition"],
-        outlets=[PLAN],
-    )
+    spark_job("repartition", "partition.py", [*PARTITION_ARGS, "--repartition"], outlets=[PLAN])
 
 
 dkmsks_repartition()
