@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spark
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-SPEC = WorkloadSpec(o_init=3000, subscriptions=300, timestamps=3, objects_per_ts=200,
+SPEC = WorkloadSpec(o_init=3000, subscriptions=300, timestamps=2, objects_per_ts=200,
                     inserts_per_ts=30, deletes_per_ts=30, k_max=6, seed=5)
 
 
