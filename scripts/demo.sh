@@ -14,9 +14,9 @@ if [ ! -f "$DATA" ]; then
   exit 2
 fi
 WORK=.cache/demo
-O_INIT=${DEMO_O_INIT:-200000}
-SUBS=${DEMO_SUBSCRIPTIONS:-50000}
-TS=${DEMO_TIMESTAMPS:-20}
+O_INIT=${DEMO_O_INIT:-100000}
+SUBS=${DEMO_SUBSCRIPTIONS:-20000}
+TS=${DEMO_TIMESTAMPS:-10}
 M=${DEMO_WORKERS:-20}
 tag="o${O_INIT}-s${SUBS}-t${TS}"
 if [ ! -f "$WORK/workload-$tag/events.tsv.gz" ]; then
