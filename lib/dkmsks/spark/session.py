@@ -69,6 +69,10 @@ def session_conf(
     # the command line; setting it here would silently override --master.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf["spark.master"] = master or os.environ.get("DKMSKS_SPARK_MASTER", DEFAULT_MASTER)
+        # The driver is the main server and holds O_init's structures: Spark's 1 GiB default
+        # is too small at paper scale (1M objects). Only settable before the JVM starts.
+        conf["spark.driver.memory"] = os.environ.get("DKMSKS_DRIVER_MEMORY", "4g")
+        conf["spark.driver.maxResultSize"] = os.environ.get("DKMSKS_DRIVER_MAX_RESULT", "2g")
     if ui:
         conf["spark.ui.host"] = "127.0.0.1"
     if jars:
