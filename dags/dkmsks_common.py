@@ -8,6 +8,7 @@ that connection.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -85,3 +86,81 @@ PARTITION_ARGS = [
     "--grid", "{{ params.grid }}",
     "--new-cost", "{{ params.new_cost }}",
 ]
+
+
+def delta_live_files(table: str | Path) -> list[dict] | None:
+    """The live data files (``add`` actions, with their statistics) of a Delta table, read from
+    its transaction log without Spark: the newest checkpoint (pyarrow) plus the JSON commits
+    after it. ``[]`` when the table has no log yet; ``None`` when the log uses a layout this
+    reader does not follow (v2 checkpoints with sidecar files)."""
+    log = Path(table) / "_delta_log"
+    if not log.is_dir():
+        return []
+    files: dict[str, dict] = {}
+    after = -1
+    pointer = log / "_last_checkpoint"
+    if pointer.is_file():
+        import pyarrow.parquet as pq
+
+        after = int(json.loads(pointer.read_text())["version"])
+        parts = sorted(log.glob(f"{after:020d}.checkpoint*.parquet"))
+        if not parts or any("sidecar" in pq.read_schema(part).names for part in parts):
+            return None
+        for part in parts:
+            for add in pq.read_table(part, columns=["add"]).column("add").to_pylist():
+                if add:
+                    files[add["path"]] = add
+    for commit in sorted(log.glob("*.json")):  # zero-padded versions sort in commit order
+        if int(commit.name.split(".")[0]) <= after:
+            continue
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                files[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                files.pop(action["remove"]["path"], None)
+    return list(files.values())
+
+
+def _rows_and_max(files: list[dict] | None, column: str) -> tuple[int, object] | None:
+    """Row count and maximum of ``column`` from the files' statistics; ``None`` if any is unknown."""
+    if files is None:
+        return None
+    rows, highest = 0, None
+    for f in files:
+        stats = json.loads(f.get("stats") or "null")
+        if not stats or "numRecords" not in stats:
+            return None
+        if stats["numRecords"] == 0:
+            continue
+        value = stats.get("maxValues", {}).get(column)
+        if value is None:
+            return None
+        rows += stats["numRecords"]
+        highest = value if highest is None else max(highest, value)
+    return rows, highest
+
+
+def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:
+    """Why a repartitioning would do nothing, or ``None`` when it has work (or we cannot tell).
+
+    Read from the Delta logs of ``partition_plans`` and ``ledger`` under ``<warehouse>/tables``
+    (the warehouse must be visible to the Airflow worker, as in local mode and docker compose):
+    no plan yet; or, for a scheduled run, no timestamp processed since the current plan (a
+    triggered run may ask for other parameters, so it always runs once a plan exists).
+    """
+    tables = Path(warehouse) / "tables"
+    plans = _rows_and_max(delta_live_files(tables / "partition_plans"), "effective_t")
+    if plans is None:
+        return None
+    if plans[0] == 0:
+        return f"no partition plan yet in {warehouse}: nothing to repartition (the partition DAG makes the first)"
+    if not scheduled:
+        return None
+    ledger = _rows_and_max(delta_live_files(tables / "ledger"), "t")
+    if ledger is None or ledger[1] is None:
+        return None
+    if ledger[1] <= plans[1]:
+        return (f"no timestamp processed since the current plan (it serves t > {plans[1]}, "
+                f"last processed t = {ledger[1]}): nothing to repartition")
+    return None

@@ -5,18 +5,34 @@ Makes a new plan from the current subscriptions and their current balls and swit
 per-worker state to it in one Delta commit; results stay exact across the switch. Shares the
 writers' pool with the micro-batch, so the two never run at the same time. Schedule: Airflow
 Variable `dkmsks_repartition_schedule` (default daily at 03:00 UTC).
+
+A cheap first task (`check_plan`, no Spark) reads the Delta logs and short-circuits when there is
+nothing to do: no plan yet, or (scheduled runs) no timestamp processed since the current plan.
+The Spark job is then skipped and `dkmsks://plan` is not updated, so no micro-batch is started
+for nothing.
 """
 
 from __future__ import annotations
 
 import os
 
-from airflow.sdk import dag
+from airflow.sdk import dag, task
 
-from dkmsks_common import DEFAULT_ARGS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, spark_job
+from dkmsks_common import (
+    DEFAULT_ARGS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, repartition_skip_reason, spark_job,
+)
 
 
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *")
+
+
+@task.short_circuit(task_id="check_plan")
+def check_plan(params=None, dag_run=None) -> bool:
+    """True when the repartitioning has work; otherwise logs why and skips it."""
+    reason = repartition_skip_reason(params["warehouse"], scheduled=dag_run.run_type == "scheduled")
+    if reason:
+        print(f"skipping the repartition: {reason}")
+    return reason is None
 
 
 @dag(
@@ -31,7 +47,7 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *"
     params=PARTITION_PARAMS,
 )
 def dkmsks_repartition():
-    spark_job("repartition", "partition.py", [*PARTITION_ARGS, "--repartition"], outlets=[PLAN])
+    check_plan() >> spark_job("repartition", "partition.py", [*PARTITION_ARGS, "--repartition"], outlets=[PLAN])
 
 
 dkmsks_repartition()
