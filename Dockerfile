@@ -13,7 +13,9 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
 
 WORKDIR /opt/dkmsks
 COPY requirements.lock pyproject.toml README.md ./
-RUN pip install --no-cache-dir -r requirements.lock "psycopg2-binary==2.9.13"
+# playwright is only for the browser test: not in the image.
+RUN grep -v '^playwright==' requirements.lock > /tmp/requirements.txt \
+ && pip install --no-cache-dir -r /tmp/requirements.txt "psycopg2-binary==2.9.13"
 COPY build/ build/
 RUN mvn -B -q -f build/delta-jars.pom.xml dependency:copy-dependencies \
       -DincludeGroupIds=io.delta -DoutputDirectory=/opt/dkmsks/.cache/jars
