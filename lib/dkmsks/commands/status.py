@@ -39,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
             print("worker loads:")
             for r in spark.table("worker_loads").orderBy("worker").collect():
                 print(f"  worker {r.worker:>3}: {r.subscriptions:>9,} subscriptions, C(w) = {r.load:.6g}")
-        print(f"quarantined input rows: {s.quarantined:,}")
-        for r in run_sql(spark, "queries/quarantine_reasons.sql").collect():
-            print(f"  {r.n:>8,}  {r.target}: {r.reason}")
+        kinds = run_sql(spark, "queries/quarantine_kinds.sql").collect()
+        print(f"quarantined input rows: {s.quarantined:,}" + (f" ({len(kinds)} kinds of reason)" if kinds else ""))
+        for r in kinds:  # every kind: a user must see each problem, not the top few
+            print(f"  {r.n:>8,}  {r.target}: {r.kind}")
     finally:
         spark.stop()
     return 0

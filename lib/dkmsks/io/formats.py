@@ -111,10 +111,17 @@ def _raw_rows(
     delim = _delimiter(path)
     with _open_binary(path) as fh:
         header_bytes = fh.readline()
+        if not header_bytes:
+            raise InputError(f"{path}: the file is empty (no header line)")
         try:
-            header = header_bytes.decode("utf-8").rstrip("\r\n").split(delim)
+            # utf-8-sig: a UTF-8 byte order mark is not part of the first column's name.
+            header_text = header_bytes.decode("utf-8-sig").rstrip("\r\n")
         except UnicodeDecodeError:
-            raise InputError(f"{path}: the header line is not UTF-8 text") from None
+            header_text = "\x00"
+        if "\x00" in header_text:  # undecodable, or UTF-16 read as UTF-8
+            raise InputError(f"{path}: the header line is not UTF-8 text (a UTF-16 or Latin-1 file?); "
+                             "save the file as UTF-8") from None
+        header = header_text.split(delim)
         header = [h.strip().lower() for h in header]
         missing = [c for c in expected if c not in header]
         if missing:

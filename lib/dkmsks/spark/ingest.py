@@ -2,6 +2,12 @@
 
 Ingesting the same file twice leaves every table unchanged: objects merge insert-only on
 their id, events on ``(id, t, op)`` and quarantine rows on ``(target, source, line, reason)``.
+
+Rows are checked against what is already landed and processed, not only within their file:
+an object id landed earlier with other values, a row for a timestamp the micro-batches have
+already processed (it would never be applied), an insert of a subscription live from an
+earlier batch or a delete of one that is not live are quarantined with their reason; a row
+equal to a landed one is a replay and changes nothing.
 """
 
 from __future__ import annotations
@@ -50,15 +56,42 @@ def _merge(spark: SparkSession, df: DataFrame, target: str, merge_sql: str) -> N
         spark.catalog.dropTempView(view)
 
 
-def _quarantine(spark: SparkSession, rejected: DataFrame, target: str, run_id: str) -> int:
-    rows = rejected.select(
-        F.lit(target).alias("target"), "source", "line", "reason", "text", F.lit(run_id).alias("run_id")
-    ).cache()
-    count = rows.count()
-    if count:
-        _merge(spark, rows, QUARANTINE_TABLE, "dml/merge_quarantine.sql")
-    rows.unpersist()
-    return count
+def _processed_through(spark: SparkSession) -> int | None:
+    """The last timestamp the micro-batches processed (``ledger``), None before partitioning."""
+    from dkmsks.spark import tables
+
+    if not spark.catalog.tableExists(tables.LEDGER):
+        return None
+    value = spark.table(tables.LEDGER).agg(F.max("t").alias("t")).collect()[0].t
+    return None if value is None else int(value)
+
+
+def _landed(spark: SparkSession, table: str) -> DataFrame | None:
+    return spark.table(table) if spark.catalog.tableExists(table) else None
+
+
+def _write(spark: SparkSession, rows: DataFrame, rejected: DataFrame, table: str, merge_sql: str,
+           run_id: str) -> tuple[int, int]:
+    """Materialise the accepted and the rejected rows, then merge both (in that order).
+
+    Both are computed before either write: the checks read the landed table, which the merge
+    changes. Returns the numbers of accepted rows and of newly quarantined rows.
+    """
+    rows = rows.localCheckpoint(eager=True)
+    quarantined = rejected.select(
+        F.lit(table).alias("target"), "source", "line", "reason", "text", F.lit(run_id).alias("run_id")
+    )
+    if spark.catalog.tableExists(QUARANTINE_TABLE):
+        # A line keeps its first verdict: re-reading a file (a retry, a later publish window)
+        # must not quarantine a line again because it now also reads as late.
+        judged = spark.table(QUARANTINE_TABLE).select("target", "source", "line")
+        quarantined = quarantined.join(judged, ["target", "source", "line"], "left_anti")
+    quarantined = quarantined.localCheckpoint(eager=True)
+    n, n_rejected = rows.count(), quarantined.count()
+    _merge(spark, rows, table, merge_sql)
+    if n_rejected:
+        _merge(spark, quarantined, QUARANTINE_TABLE, "dml/merge_quarantine.sql")
+    return n, n_rejected
 
 
 def _window(df: DataFrame, after: int | None, upto: int | None) -> DataFrame:
@@ -74,15 +107,14 @@ def ingest_objects(
     after: int | None = None, upto: int | None = None,
 ) -> IngestReport:
     """Validate an objects file and merge its good rows (``after < t <= upto``) into ``objects``."""
-    accepted, rejected = read_objects_df(spark, path, bounds=bounds)
+    accepted, rejected = read_objects_df(spark, path, bounds=bounds, landed=_landed(spark, OBJECTS_TABLE),
+                                         processed_through=_processed_through(spark))
     accepted = _window(accepted, after, upto)
     rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
         "id", "x", "y", "keywords", "t", "source", "line"
-    ).cache()
-    n = rows.count()
-    _merge(spark, rows, OBJECTS_TABLE, "dml/merge_objects.sql")
-    rows.unpersist()
-    return IngestReport(OBJECTS_TABLE, n, _quarantine(spark, rejected, OBJECTS_TABLE, run_id))
+    )
+    n, n_rejected = _write(spark, rows, rejected, OBJECTS_TABLE, "dml/merge_objects.sql", run_id)
+    return IngestReport(OBJECTS_TABLE, n, n_rejected)
 
 
 def ingest_events(
@@ -91,12 +123,11 @@ def ingest_events(
 ) -> IngestReport:
     """Validate a subscription events file and merge its good rows (``after < t <= upto``) into
     ``subscription_events``."""
-    accepted, rejected = read_events_df(spark, path, bounds=bounds)
+    accepted, rejected = read_events_df(spark, path, bounds=bounds, landed=_landed(spark, EVENTS_TABLE),
+                                        processed_through=_processed_through(spark))
     accepted = _window(accepted, after, upto)
     rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
         "op", "id", "x", "y", "keywords", "k", "t", "source", "line"
-    ).cache()
-    n = rows.count()
-    _merge(spark, rows, EVENTS_TABLE, "dml/merge_subscription_events.sql")
-    rows.unpersist()
-    return IngestReport(EVENTS_TABLE, n, _quarantine(spark, rejected, EVENTS_TABLE, run_id))
+    )
+    n, n_rejected = _write(spark, rows, rejected, EVENTS_TABLE, "dml/merge_subscription_events.sql", run_id)
+    return IngestReport(EVENTS_TABLE, n, n_rejected)

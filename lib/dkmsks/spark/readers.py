@@ -49,10 +49,18 @@ def _lines(spark: SparkSession, path: Path, columns: tuple[str, ...]) -> tuple[D
     header_rows = raw.filter(lambda r: r[1] == 0).map(lambda r: r[0][0]).collect()
     if not header_rows:
         raise InputError(f"{path}: the file is empty (no header line)")
-    header = [h.strip().lower() for h in header_rows[0].split(delim)]
+    header_text = header_rows[0].lstrip("\ufeff")  # a UTF-8 byte order mark is not a column name
+    if "\ufffd" in header_text or "\x00" in header_text:
+        # Spark decodes text as UTF-8 and replaces what is not: the whole file is unusable.
+        raise InputError(f"{path}: the header line is not UTF-8 text (a UTF-16 or Latin-1 file?); "
+                         "save the file as UTF-8")
+    header = [h.strip().lower() for h in header_text.split(delim)]
     missing = [c for c in columns if c not in header]
     if missing:
-        raise InputError(f"{path}: header {header} lacks column(s) {missing}")
+        raise InputError(
+            f"{path}: header {header} lacks column(s) {missing}; expected {' '.join(columns)} "
+            f"separated by {'tabs' if delim == chr(9) else 'commas'}"
+        )
     positions = [header.index(c) for c in columns]
     width = len(header)
 
@@ -109,6 +117,12 @@ def _split(df: DataFrame, width: int, source: str, columns: tuple[str, ...]) -> 
     ).withColumn("expected_width", F.lit(width))
 
 
+def _encoding_check() -> tuple[Column, Column]:
+    """Spark's text source replaces bytes that are not UTF-8 by U+FFFD: such a line is refused
+    with the numpy reader's reason (a keyword or number read through replacements is garbage)."""
+    return (F.col("text").contains("\ufffd"), F.lit("line is not valid UTF-8 text"))
+
+
 def _rejected(df: DataFrame) -> DataFrame:
     return df.where(F.col("reason").isNotNull()).select(
         "source", "line", "reason", F.substring("text", 1, 500).alias("text")
@@ -116,12 +130,17 @@ def _rejected(df: DataFrame) -> DataFrame:
 
 
 def read_objects_df(
-    spark: SparkSession, path: str | Path, *, bounds: Rect | None = WGS84
+    spark: SparkSession, path: str | Path, *, bounds: Rect | None = WGS84,
+    landed: DataFrame | None = None, processed_through: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Objects file -> (accepted rows with the OBJECTS schema plus ``line``, quarantine rows).
 
     Same rules as :func:`dkmsks.io.formats.read_objects`; keyword arrays are de-duplicated
-    and sorted.
+    and sorted. Against what earlier ingestions landed (``landed``: the ``objects`` table) a
+    row is also refused when its id is already landed with other values (a duplicate across
+    files or batches; the same values are a replay and pass, the insert-only MERGE skips
+    them), and when its timestamp was already processed (``t <= processed_through``) and it is
+    not a replay: a late row would never be applied.
     """
     path = Path(path)
     lines, width = _lines(spark, path, OBJECT_COLUMNS)
@@ -138,6 +157,7 @@ def read_objects_df(
         F.expr("try_cast(trim(raw_t) AS BIGINT)").alias("t"),
     )
     checks = [
+        _encoding_check(),
         (F.col("width") != F.col("expected_width"),
          F.format_string("wrong column count: expected %d, got %d", "expected_width", "width")),
         (F.col("id").isNull(), F.format_string("id '%s' is not an integer", "raw_id")),
@@ -156,11 +176,39 @@ def read_objects_df(
     valid = valid.withColumn(
         "reason", F.when(F.col("line") != F.col("first_line"), dup_reason)
     ).drop("first_line")
+    valid = _against_landed_objects(valid, landed, processed_through)
     rejected = _rejected(df).unionByName(_rejected(valid))
     accepted = valid.where(F.col("reason").isNull()).select(
         "id", "x", "y", F.array_sort(F.array_distinct("kw")).alias("keywords"), "t", "line"
     )
     return accepted, rejected
+
+
+def _late_reason(processed_through: int) -> Column:
+    return F.format_string(
+        f"t=%d is already processed (last processed timestamp {int(processed_through)}): "
+        "a late row is never applied", "t")
+
+
+def _against_landed_objects(valid: DataFrame, landed: DataFrame | None, processed_through: int | None) -> DataFrame:
+    """Reasons for rows that conflict with landed objects or arrive after their timestamp."""
+    is_landed = F.lit(False)
+    if landed is not None:
+        prior = landed.select(
+            "id", F.col("x").alias("_lx"), F.col("y").alias("_ly"), F.col("t").alias("_lt"),
+            F.array_sort(F.array_distinct("keywords")).alias("_lkw"),
+            F.col("source").alias("_lsource"), F.col("line").alias("_lline"))
+        valid = valid.join(prior, "id", "left")
+        is_landed = F.col("_lt").isNotNull()
+        same = ((F.col("x") == F.col("_lx")) & (F.col("y") == F.col("_ly")) & (F.col("t") == F.col("_lt"))
+                & (F.array_sort(F.array_distinct("kw")) == F.col("_lkw")))
+        conflict = F.format_string("duplicate object id %d (already ingested from %s line %d)",
+                                   "id", "_lsource", "_lline")
+        valid = valid.withColumn("reason", F.coalesce("reason", F.when(is_landed & ~same, conflict)))
+    if processed_through is not None:
+        late = (F.col("t") <= processed_through) & ~is_landed
+        valid = valid.withColumn("reason", F.coalesce("reason", F.when(late, _late_reason(processed_through))))
+    return valid
 
 
 _REPLAY_SCHEMA = StructType(
@@ -192,12 +240,18 @@ def replay_liveness(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 
 def read_events_df(
-    spark: SparkSession, path: str | Path, *, bounds: Rect | None = WGS84, max_k: int = MAX_K
+    spark: SparkSession, path: str | Path, *, bounds: Rect | None = WGS84, max_k: int = MAX_K,
+    landed: DataFrame | None = None, processed_through: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Subscription events file -> (accepted events with ``line``, quarantine rows).
 
     Same rules as :func:`dkmsks.io.formats.read_events`, including the replay in timestamp
-    order with deletions before insertions, done per id in parallel.
+    order with deletions before insertions, done per id in parallel. The replay starts from
+    the events earlier ingestions landed (``landed``: ``id, t, op`` of the
+    ``subscription_events`` table), so a batch file may delete a subscription registered by an
+    earlier file; a row equal on ``(id, t, op)`` to a landed one is a replay and passes. A row
+    for an already processed timestamp (``t <= processed_through``) that is not a replay is
+    refused as late.
     """
     path = Path(path)
     lines, width = _lines(spark, path, EVENT_COLUMNS)
@@ -225,6 +279,7 @@ def read_events_df(
         (F.col("k") > max_k, F.format_string(f"k is %d, more than the limit of {max_k}", "k")),
     ]
     checks = [
+        _encoding_check(),
         (F.col("width") != F.col("expected_width"),
          F.format_string("wrong column count: expected %d, got %d", "expected_width", "width")),
         (~F.col("op").isin("insert", "delete"),
@@ -234,17 +289,31 @@ def read_events_df(
         *[(is_insert & cond, msg) for cond, msg in insert_checks],
     ]
     df = df.withColumn("reason", _first_failure(checks))
-    valid = df.where(F.col("reason").isNull())
+    valid = df.where(F.col("reason").isNull()).withColumn("_known", F.lit(False))
+    if landed is not None:
+        known = landed.select("id", "t", "op").distinct().withColumn("_landed", F.lit(True))
+        valid = (valid.drop("_known").join(known, ["id", "t", "op"], "left")
+                 .withColumn("_known", F.coalesce("_landed", F.lit(False))).drop("_landed"))
+    late = _rejected(valid.where(F.lit(False)).withColumn("reason", F.lit("")))
+    if processed_through is not None:
+        is_late = (F.col("t") <= processed_through) & ~F.col("_known")
+        late = _rejected(valid.where(is_late).withColumn("reason", _late_reason(processed_through)))
+        valid = valid.where(~is_late)
     op_rank = F.when(F.col("op") == "delete", 0).otherwise(1)
+    replay_src = valid.where(~F.col("_known")).select("id", "t", "op", "line")
+    if landed is not None:
+        # Landed events come first within a (t, op) and carry line -1: they set liveness only.
+        replay_src = replay_src.unionByName(landed.select("id", "t", "op", F.lit(-1).cast("long").alias("line")))
     replayed = (
-        valid.select("id", "t", "op", "line", op_rank.alias("op_rank"))
+        replay_src.select("id", "t", "op", "line", op_rank.alias("op_rank"))
         .repartition("id")
         .sortWithinPartitions("id", "t", "op_rank", "line")
         .select("id", "t", "op", "line")
         .mapInPandas(replay_liveness, _REPLAY_SCHEMA)
+        .where(F.col("line") >= 0)
     )
-    valid = valid.drop("reason").join(replayed, "line")
-    rejected = _rejected(df).unionByName(_rejected(valid))
+    valid = valid.drop("reason").join(replayed, "line", "left").drop("_known")
+    rejected = _rejected(df).unionByName(late).unionByName(_rejected(valid))
     insert = F.col("op") == "insert"
     accepted = valid.where(F.col("reason").isNull()).select(
         "op",

@@ -1,0 +1,200 @@
+"""Load: a backlog of timestamps at the paper's rates processed in ONE micro-batch run.
+
+One command (issue 7, recorded in ``docs/reliability.md``)::
+
+    nice -n 5 .venv/bin/python bench/bench_backlog.py [--o-init 100000] [--subscriptions 100000]
+        [--timestamps 1000] [--workers 20] [--workdir .cache/bench-backlog]
+
+1. ``dkm generate`` a workload from the real Place data at the paper's per-timestamp rates
+   (DESIGN §5: 1,000 objects, 100 insertions, 100 deletions per timestamp);
+2. the ingest and partition jobs (``spark_apps/ingest.py``, ``spark_apps/partition.py``);
+3. ONE ``spark_apps/microbatch.py`` run over the whole backlog, as a subprocess whose process
+   group (driver, JVM, Python workers) is sampled for its peak resident memory; the run must
+   exit 0 (no out-of-memory);
+4. the per-timestamp cost from ``timestamp_metrics`` (slowest worker's kNN + insertion +
+   deletion time, pairs tested) and the run's phases from ``run_metrics``: first vs last 100
+   timestamps;
+5. ``dkm export`` at the last timestamp equals ``dkm oracle`` (with ``--verify``, default on
+   when ``|S| * T`` is small enough for the brute-force oracle to finish in minutes).
+
+Raw numbers go to ``<workdir>/results.json``; a Markdown summary is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+DATA = Path(os.environ.get("DKMSKS_DATA_DIR", REPO.parent / "shared" / "data")) / "wof_simplegeo_us" / "objects.tsv.gz"
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYSPARK_PYTHON=PY, PYSPARK_DRIVER_PYTHON=PY, SPARK_LOCAL_IP="127.0.0.1",
+                PYTHONUNBUFFERED="1")
+
+
+def group_rss(pgid: int) -> int:
+    """Summed resident memory (bytes) of every process in a process group."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run(cmd: list[str], log: Path, *, sample: bool = False) -> dict:
+    """Run ``cmd`` in its own process group; wall time, exit code and peak group RSS."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env(), cwd=REPO,
+                                start_new_session=True)
+        peak = [0]
+
+        def watch() -> None:
+            while proc.poll() is None:
+                peak[0] = max(peak[0], group_rss(proc.pid))
+                time.sleep(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        if sample:
+            watcher.start()
+        rc = proc.wait()
+        if sample:
+            watcher.join()
+    result = {"cmd": " ".join(cmd[1:4]), "rc": rc, "seconds": round(time.perf_counter() - started, 1),
+              "peak_rss_mb": round(peak[0] / 2**20) if sample else None}
+    if rc != 0:
+        tail = log.read_text()[-4000:]
+        raise SystemExit(f"{' '.join(cmd[:4])} exited {rc} after {result['seconds']} s:\n{tail}")
+    return result
+
+
+def metrics(warehouse: Path, t_last: int) -> dict:
+    """Per-timestamp costs (first vs last 100) and run phases, read through Spark SQL views."""
+    sys.path.insert(0, str(REPO / "lib"))
+    from dkmsks.spark.session import build_session
+
+    spark = build_session(warehouse, app_name="bench-backlog-metrics")
+    try:
+        rows = spark.sql(
+            "SELECT t, knn_ms_slowest_worker + insert_ms + delete_ms AS ms, knn_ms_slowest_worker AS knn_ms, "
+            "pairs_tested, pairs_in_ball, work_max_over_mean, subscriptions FROM timestamp_metrics ORDER BY t"
+        ).collect()
+        phases = spark.sql("SELECT run_id, from_t, to_t, phase, ms FROM run_metrics WHERE job = 'microbatch' "
+                           "ORDER BY to_t").collect()
+        ledger = spark.sql("SELECT count(*) AS n, count(DISTINCT t) AS d, max(t) AS last FROM ledger").collect()[0]
+    finally:
+        spark.stop()
+
+    def window(rs) -> dict:
+        return {
+            "timestamps": len(rs),
+            "worker_ms_median": round(statistics.median(r.ms for r in rs), 2),
+            "worker_ms_mean": round(statistics.fmean(r.ms for r in rs), 2),
+            "knn_ms_median": round(statistics.median(r.knn_ms for r in rs), 2),
+            "pairs_tested_mean": round(statistics.fmean(r.pairs_tested for r in rs), 1),
+            "pairs_in_ball_mean": round(statistics.fmean(r.pairs_in_ball for r in rs), 1),
+            "work_max_over_mean": round(statistics.fmean(r.work_max_over_mean for r in rs), 3),
+            "live_subscriptions_mean": round(statistics.fmean(r.subscriptions for r in rs), 1),
+        }
+
+    return {
+        "per_timestamp_rows": len(rows),
+        "first_100": window(rows[:100]),
+        "last_100": window(rows[-100:]),
+        "ledger": {"rows": ledger.n, "distinct": ledger.d, "last": ledger.last},
+        "run_phases_ms": [(r.run_id, r.from_t, r.to_t, r.phase, round(r.ms)) for r in phases],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--o-init", type=int, default=100_000)
+    p.add_argument("--subscriptions", type=int, default=100_000)
+    p.add_argument("--timestamps", type=int, default=1000)
+    p.add_argument("--objects-per-ts", type=int, default=1000)
+    p.add_argument("--inserts-per-ts", type=int, default=100)
+    p.add_argument("--deletes-per-ts", type=int, default=100)
+    p.add_argument("--k-max", type=int, default=10)
+    p.add_argument("--workers", type=int, default=20)
+    p.add_argument("--method", default="dkm", choices=["kop", "sop", "dkm"])
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench-backlog")
+    p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
+                   help="compare the last timestamp with dkm oracle (auto: when small enough)")
+    p.add_argument("--partition-args", default="", help="extra flags for the partition job, e.g. '--gamma1 40'")
+    a = p.parse_args(argv)
+    if not DATA.exists():
+        print(f"real data {DATA} is absent (set DKMSKS_DATA_DIR)", file=sys.stderr)
+        return 2
+
+    work = a.workdir.resolve()
+    wl, wh, logs = work / "workload", work / "warehouse", work / "logs"
+    if wh.exists():
+        import shutil
+
+        shutil.rmtree(wh)
+    dkm = str(Path(PY).with_name("dkm"))
+    results: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "host": platform.node(),
+                     "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    steps = results["steps"] = {}
+    steps["generate"] = run([dkm, "generate", "--source", str(DATA), "--out", str(wl), "--o-init", str(a.o_init),
+                             "--subscriptions", str(a.subscriptions), "--timestamps", str(a.timestamps),
+                             "--objects-per-ts", str(a.objects_per_ts), "--inserts-per-ts", str(a.inserts_per_ts),
+                             "--deletes-per-ts", str(a.deletes_per_ts), "--k-max", str(a.k_max),
+                             "--seed", str(a.seed)], logs / "generate.log")
+    objects, events = wl / "objects.tsv.gz", wl / "events.tsv.gz"
+    steps["ingest"] = run([PY, str(REPO / "spark_apps" / "ingest.py"), "--warehouse", str(wh), "--objects",
+                           str(objects), "--events", str(events), "--run-id", "bench"], logs / "ingest.log")
+    steps["partition"] = run([PY, str(REPO / "spark_apps" / "partition.py"), "--warehouse", str(wh), "--method",
+                              a.method, "--workers", str(a.workers), *a.partition_args.split(), "--run-id", "bench"],
+                             logs / "partition.log")
+    steps["microbatch"] = run([PY, str(REPO / "spark_apps" / "microbatch.py"), "--warehouse", str(wh),
+                               "--run-id", "backlog"], logs / "microbatch.log", sample=True)
+    steps["microbatch"]["summary"] = [ln for ln in (logs / "microbatch.log").read_text().splitlines()
+                                      if ln.startswith("processed")]
+    results["metrics"] = metrics(wh, a.timestamps)
+    verify = a.verify == "yes" or (a.verify == "auto" and a.subscriptions * a.timestamps <= 5e7)
+    if verify:
+        run([dkm, "export", "--warehouse", str(wh), "--out", str(work / "export.jsonl")], logs / "export.log")
+        run([dkm, "oracle", "--objects", str(objects), "--events", str(events), "--as-of", str(a.timestamps),
+             "--out", str(work / "oracle.jsonl")], logs / "oracle.log")
+        results["export_equals_oracle"] = (work / "export.jsonl").read_bytes() == (work / "oracle.jsonl").read_bytes()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "results.json").write_text(json.dumps(results, indent=1))
+
+    m, mb = results["metrics"], steps["microbatch"]
+    f, l = m["first_100"], m["last_100"]
+    print(f"\n| |O_init| | |S| | timestamps | m | one run | peak RSS | ledger | export = oracle |\n|---|---|---|---|---|---|---|---|")
+    print(f"| {a.o_init:,} | {a.subscriptions:,} | {a.timestamps:,} | {a.workers} | {mb['seconds']:.0f} s | "
+          f"{mb['peak_rss_mb']:,} MiB | {m['ledger']['distinct']:,} distinct of {m['ledger']['rows']:,} rows | "
+          f"{results.get('export_equals_oracle', 'not checked')} |")
+    print("\n| per timestamp | first 100 | last 100 |\n|---|---|---|")
+    for key in ("worker_ms_median", "worker_ms_mean", "knn_ms_median", "pairs_tested_mean", "pairs_in_ball_mean",
+                "work_max_over_mean", "live_subscriptions_mean"):
+        print(f"| {key} | {f[key]:,} | {l[key]:,} |")
+    print(f"\nrun phases: {m['run_phases_ms']}\nraw: {work / 'results.json'}")
+    return 0 if results.get("export_equals_oracle", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

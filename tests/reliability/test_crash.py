@@ -1,0 +1,98 @@
+"""Crash at any point: ``kill -9`` the micro-batch driver at random instants, rerun, compare.
+
+Black box: the real entry point (``python spark_apps/microbatch.py``) runs in a process group
+of its own; the kill takes the driver, its JVM and its Python workers at once. The phase each
+kill hit is read from the outside (:func:`rel_harness.phase_of_kill`).
+
+Design (to fit 20+ kills into minutes, each run pays a ~15 s JVM start):
+
+1. Reference: on the prepared warehouse, an uninterrupted ``--until 1`` run (its duration and
+   phase timeline set the kill window), then an uninterrupted run of the rest; ``dkm export``
+   at every timestamp.
+2. Trials on the restored warehouse, one after the other: trial ``i`` runs
+   ``microbatch.py --until ceil(i/2)`` and is killed after a delay drawn from stratum ``i`` of
+   the reference run's duration (stratified uniform draws, shuffled). The next trial is the
+   rerun of the previous one: it must recover whatever the kill left (an uncommitted run, a
+   commit without its bookkeeping, a stale lock) — and is itself killed somewhere.
+3. A final uninterrupted run; then ``dkm export`` at every timestamp must equal the reference
+   run's and ``dkm oracle``'s byte for byte, and the ledger, ``timestamp_metrics`` and
+   ``worker_metrics`` must hold every timestamp exactly once.
+
+``DKMSKS_CRASH_TRIALS`` (default 20) and ``DKMSKS_CRASH_SEED`` (default: random, printed)
+control the trials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections import Counter
+
+import pytest
+
+from . import rel_harness as h
+from .conftest import assert_bookkeeping, assert_exports_equal, inspect
+
+pytestmark = [pytest.mark.reliability, pytest.mark.realdata]
+
+TRIALS = int(os.environ.get("DKMSKS_CRASH_TRIALS", "20"))
+
+
+def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepared, tmp_path):
+    T, m = prepared.timestamps, prepared.workers
+    seed = int(os.environ.get("DKMSKS_CRASH_SEED", random.SystemRandom().randrange(1 << 30)))
+    rng = random.Random(seed)
+    wh = prepared.restore()
+    mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", str(wh), *a)  # noqa: E731
+
+    # 1. The uninterrupted reference.
+    first = h.run(mb("--until", "1", "--run-id", "ref-1"), wh)
+    ref = h.Timeline.of(first)
+    assert ref.commit_tables, f"the reference run committed nothing:\n{first.tail()}"
+    h.run(mb("--run-id", "ref"), wh)
+    ref_summary = inspect(wh, tmp_path / "reference", range(T + 1))
+    assert_bookkeeping(ref_summary, T, m)
+    assert_exports_equal(tmp_path / "reference", prepared.oracle, range(T + 1), "uninterrupted run vs dkm oracle")
+
+    # 2. Kills: stratified delays over the reference run, from half its start-up on.
+    wh = prepared.restore()
+    low = 0.5 * (ref.metastore_at or 0.0)
+    width = (ref.duration - low) / TRIALS
+    delays = [low + (i + rng.random()) * width for i in range(TRIALS)]
+    rng.shuffle(delays)
+    trials: list[dict] = []
+    attempts = 0
+    while sum(1 for t in trials if t["killed"]) < TRIALS:
+        attempts += 1
+        assert attempts <= 2 * TRIALS, "too many runs ended before their kill: the window is too wide"
+        until = min(T, math.ceil(attempts / 2))
+        delay = delays[(attempts - 1) % TRIALS]
+        rec = h.run_and_kill(mb("--until", str(until), "--run-id", f"trial-{attempts}"), wh, delay)
+        trial = {"attempt": attempts, "until": until, "delay": round(delay, 2), "killed": rec.killed_at is not None,
+                 "commits": [c.detail for c in rec.commits()],
+                 "phase": h.phase_of_kill(rec, ref) if rec.killed_at is not None else "ended before the kill",
+                 "returncode": rec.returncode}
+        trials.append(trial)
+        print(json.dumps(trial))
+        if rec.killed_at is None:
+            # A run that ended before its kill must have ended well (it recovered what came before).
+            assert rec.returncode == 0, f"trial {attempts} failed on its own:\n{rec.tail()}"
+
+    # 3. Recovery, then the comparison.
+    final = h.run(mb("--run-id", "final"), wh)
+    summary = inspect(wh, tmp_path / "after-kills", range(T + 1))
+    phases = Counter(t["phase"].split(" (")[0] for t in trials if t["killed"])
+    record = {"seed": seed, "reference_seconds": round(ref.duration, 1), "reference_commits": ref.commit_tables,
+              "kills": sum(phases.values()), "phases": dict(phases), "trials": trials,
+              "final_run": final.tail(500), "leftover_files": h.leftover_files(wh)}
+    (tmp_path / "crash-trials.json").write_text(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "trials"}, indent=1))
+    assert_bookkeeping(summary, T, m)
+    assert_exports_equal(tmp_path / "after-kills", prepared.oracle, range(T + 1),
+                         f"after {record['kills']} kills (seed {seed}) vs dkm oracle")
+    assert_exports_equal(tmp_path / "after-kills", {t: tmp_path / "reference" / f"export-{t}.jsonl"
+                                                    for t in range(T + 1)}, range(T + 1),
+                         f"after kills (seed {seed}) vs the uninterrupted run")
+    assert sum(phases.values()) >= TRIALS

@@ -1,0 +1,42 @@
+"""Load, scaled down: a backlog of 1,000 timestamps processed in ONE micro-batch run.
+
+The heavy version is ``bench/bench_backlog.py`` at the paper's rates (docs/reliability.md);
+this test runs the same script on 1,000 timestamps of 20 objects, 2 insertions and 2
+deletions each, and checks that the run ends well, that every timestamp is in the ledger
+exactly once, that the last timestamp equals the oracle, and that the per-timestamp work
+(pairs tested: noise-free, DESIGN §3 fact 4) does not grow from the first 100 timestamps to
+the last 100.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import require_real_data
+
+from . import rel_harness as h
+
+pytestmark = [pytest.mark.reliability, pytest.mark.realdata]
+
+T = 1000
+
+
+def test_a_backlog_of_1000_timestamps_in_one_run(tmp_path):
+    require_real_data()
+    rec = h.run([h.PYTHON, str(h.REPO / "bench" / "bench_backlog.py"), "--o-init", "2000", "--subscriptions", "200",
+                 "--timestamps", str(T), "--objects-per-ts", "20", "--inserts-per-ts", "2", "--deletes-per-ts", "2",
+                 "--k-max", "5", "--workers", "3", "--partition-args", "--gamma1 40 --theta 4 --grid 256",
+                 "--verify", "yes", "--workdir", str(tmp_path)], None, timeout=1800)
+    results = json.loads((tmp_path / "results.json").read_text())
+    print(json.dumps({k: results[k] for k in ("steps", "metrics")}, indent=1))
+    m = results["metrics"]
+    assert m["ledger"] == {"rows": T + 1, "distinct": T + 1, "last": T}, m["ledger"]
+    assert m["per_timestamp_rows"] == T
+    assert results["export_equals_oracle"] is True
+    first, last = m["first_100"], m["last_100"]
+    # Balls only shrink and the live set stays the same size: the work per timestamp must not grow.
+    assert last["live_subscriptions_mean"] <= 1.2 * first["live_subscriptions_mean"]
+    assert last["pairs_tested_mean"] <= 1.5 * first["pairs_tested_mean"] + 50, (first, last)
+    assert rec.returncode == 0
