@@ -141,13 +141,28 @@ def _rows_and_max(files: list[dict] | None, column: str) -> tuple[int, object] |
     return rows, highest
 
 
+def _processed_through(tables: Path) -> tuple[bool, object]:
+    """(known, last processed timestamp or None) from the ledger records: the ``journal`` table's
+    ``record=ledger`` partition, or a ``ledger`` table (earlier layout)."""
+    if (tables / "journal" / "_delta_log").is_dir():
+        files = delta_live_files(tables / "journal")
+        if files is not None:
+            files = [f for f in files if (f.get("partitionValues") or {}).get("record") == "ledger"]
+    elif (tables / "ledger" / "_delta_log").is_dir():
+        files = delta_live_files(tables / "ledger")
+    else:
+        return False, None
+    found = _rows_and_max(files, "t")
+    return (False, None) if found is None else (True, found[1])
+
+
 def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:
     """Why a repartitioning would do nothing, or ``None`` when it has work (or we cannot tell).
 
-    Read from the Delta logs of ``partition_plans`` and ``ledger`` under ``<warehouse>/tables``
-    (the warehouse must be visible to the Airflow worker, as in local mode and docker compose):
-    no plan yet; or, for a scheduled run, no timestamp processed since the current plan (a
-    triggered run may ask for other parameters, so it always runs once a plan exists).
+    Read from the Delta logs under ``<warehouse>/tables`` (the warehouse must be visible to the
+    Airflow worker, as in local mode and docker compose): no plan yet; or, for a scheduled run,
+    no timestamp processed since the current plan (a triggered run may ask for other
+    parameters, so it always runs once a plan exists).
     """
     tables = Path(warehouse) / "tables"
     plans = _rows_and_max(delta_live_files(tables / "partition_plans"), "effective_t")
@@ -157,10 +172,8 @@ def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | 
         return f"no partition plan yet in {warehouse}: nothing to repartition (the partition DAG makes the first)"
     if not scheduled:
         return None
-    ledger = _rows_and_max(delta_live_files(tables / "ledger"), "t")
-    if ledger is None or ledger[1] is None:
-        return None
-    if ledger[1] <= plans[1]:
+    known, last = _processed_through(tables)
+    if known and (last is None or last <= plans[1]):
         return (f"no timestamp processed since the current plan (it serves t > {plans[1]}, "
-                f"last processed t = {ledger[1]}): nothing to repartition")
+                f"last processed t = {'none' if last is None else last}): nothing to repartition")
     return None

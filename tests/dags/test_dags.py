@@ -168,6 +168,10 @@ def test_repartition_runs_spark_only_after_a_cheap_check(dagbag):
         ("checkpoint, nothing since", True, "it serves t > 2, last processed t = 2"),
         ("ledger file removed", True, "it serves t > 0, last processed t = 0"),
         ("statistics missing", True, None),  # cannot tell: the job runs and decides
+        ("no ledger records anywhere", True, None),  # cannot tell
+        ("journal, no ledger record yet", True, "it serves t > 0, last processed t = none"),
+        ("journal, t=1..2 processed since", True, None),
+        ("journal, nothing since the repartition", True, "it serves t > 2, last processed t = 2"),
     ],
 )
 def test_repartition_skip_reason_reads_the_delta_logs(common, tmp_path, case, scheduled, expected):
@@ -194,6 +198,19 @@ def test_repartition_skip_reason_reads_the_delta_logs(common, tmp_path, case, sc
         _write_log(ledger, _ledger(0, 1), [{"remove": {"path": "l1.parquet", "dataChange": True}}])
     elif case == "statistics missing":
         _write_log(plans, [_add("p0.parquet", None)])
+    elif case == "no ledger records anywhere":
+        _write_log(plans, [PLAN0])
+    elif case.startswith("journal"):
+        journal = tmp_path / "tables" / "journal"
+        _write_log(plans, [PLAN0], *([[PLAN1]] if "repartition" in case else []))
+        metric = _add("m1.parquet", 4, t=7, worker=0)  # other records' timestamps do not count
+        metric["add"]["partitionValues"] = {"record": "metric"}
+        commits = [[{"metaData": {"id": "j", "partitionColumns": ["record"]}}], [metric]]
+        if "processed" in case or "repartition" in case:
+            ledger_rows = _add("j1.parquet", 2, t=2, run_through_t=2)
+            ledger_rows["add"]["partitionValues"] = {"record": "ledger"}
+            commits.append([ledger_rows])
+        _write_log(journal, *commits)
     reason = common.repartition_skip_reason(tmp_path, scheduled=scheduled)
     if expected is None:
         assert reason is None
