@@ -30,23 +30,19 @@ under two minutes and writes docs only when ``--docs PATH`` is given.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
 import re
-import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from dkmsks.bench.common import load_objects, machine, med
 from dkmsks.core.engine import Engine, TimestampMetrics, initial_phase
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import KeywordSets, Objects, Op, Vocabulary, data_space
+from dkmsks.core.model import Objects, Op, Vocabulary, data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.worker_index import DEFAULT_GRID
@@ -70,17 +66,7 @@ def load(n: int) -> tuple[Objects, Vocabulary]:
     """The first ``n`` real objects in stream order."""
     if not DATA.exists():
         raise SystemExit(f"real data file {DATA} is absent (set DKMSKS_DATA_DIR)")
-    df = pd.read_csv(DATA, sep="\t", nrows=n, dtype={"id": np.int64, "keywords": str})
-    vocab = Vocabulary()
-    rows = [[vocab.id_of(w) for w in kws.split(" ")] for kws in df["keywords"]]
-    objects = Objects(df["id"].to_numpy(np.int64), df["x"].to_numpy(np.float64),
-                      df["y"].to_numpy(np.float64), KeywordSets.from_lists(rows),
-                      df["t"].to_numpy(np.int64))
-    return objects, vocab
-
-
-def med(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
+    return load_objects(DATA, n)
 
 
 @dataclass
@@ -127,31 +113,6 @@ class Variant:
 
     def min_work(self) -> list[int]:
         return [m.min_work for m in self.runs[0].metrics]
-
-
-def machine() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=False).stdout
-        mem = next((ln for ln in free.splitlines() if ln.startswith("Mem:")), "")
-        total_g = mem.split()[1] + " GiB total (free -g)" if mem else "unknown"
-    except OSError:
-        total_g = "unknown"
-    return {
-        "nproc": str(os.cpu_count()),
-        "memory": total_g,
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
 
 
 def run_stream(method: str, new_cost: str, space, workers: int, plan, stats, knn_index,

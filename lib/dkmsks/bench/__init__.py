@@ -1,0 +1,1 @@
+"""Benchmarks: shared measurement helpers and the paper's experiments (``dkm bench paper``)."""

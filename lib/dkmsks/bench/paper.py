@@ -1,0 +1,425 @@
+"""The paper's experiments (§6 of Tsuruoka et al.; DESIGN §5) on the in-memory engine.
+
+A run is a list of *points*. A point is one method's stream over one workload: the data set,
+``|O_init|``, ``|S|``, ``k_max`` and the seed fix the workload (the paper's protocol,
+:func:`~dkmsks.core.workload.generate_workload`); ``m``, the method and the main server's
+new-subscription estimate (``new_cost``) fix the engine; ``T`` is how many timestamps it runs.
+
+- Figure 7 and Tables 2–3: the default setting over ``T_series`` (≥ 100) timestamps.
+- Figures 8, 9, 10: ``m``, ``|S|`` and ``k_max`` varied one at a time over ``T_sweep``
+  timestamps; the default value of each sweep is the Figure 7 run cut to its first
+  ``T_sweep`` timestamps (the generator is prefix-stable in ``T``, so that is the same stream).
+
+Every finished point is appended to ``results.jsonl`` as one JSON line (per-timestamp metrics
+and work counters), so an interrupted run keeps what it measured and a rerun skips the points
+already there. Points sharing a workload share its generation, the exact kNN within ``O_init``
+and the statistics; points sharing ``(method, m)`` share the partition plan (it does not
+depend on ``new_cost``).
+
+Times are wall-clock on this machine (``time.perf_counter``); the work counters (pairs tested
+per worker, pairs inside the ball) are deterministic (DESIGN §3 fact 4).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dkmsks.bench.common import available_memory_gib, dataset_path, load_average, load_objects
+
+#: Methods with the new-subscription estimate of their main server (DESIGN §2): ours
+#: (``live``) for all three, and the paper's Eq. 7 / Eq. 2 estimate for DkM-SKS and SOP.
+VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
+    ("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"), ("sop", "paper"),
+)
+VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"))
+FIGURES = ("tables", "fig7", "fig8", "fig9", "fig10")
+
+# Rough seconds per timestamp at |S| = 1M on this class of machine (bench_core, docs/benchmarks.md):
+# only used to weight the progress bar so its ETA means something.
+_EST_TS_S = {"kop": 2.0, "sop": 1.9, "dkm": 0.12}
+_EST_DATASET = {"place": 1.0, "twitter": 1.6}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured stream: the workload, the engine and how many timestamps."""
+
+    dataset: str
+    o_init: int
+    subs: int
+    k_max: int
+    m: int
+    method: str
+    new_cost: str
+    T: int
+    seed: int = 7
+    theta: int = 20
+    gamma1: int = 100_000
+    gamma2: int = 20
+    grid: int = 16384
+    run: int = 0
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def workload(self) -> tuple[str, int, int, int, int]:
+        return (self.dataset, self.o_init, self.subs, self.k_max, self.seed)
+
+    def est_seconds(self) -> float:
+        scale = max(self.subs, 1) / 1e6 * _EST_DATASET.get(self.dataset, 1.0)
+        return 2.0 + self.T * _EST_TS_S[self.method] * scale
+
+
+@dataclass
+class PaperConfig:
+    """What ``dkm bench paper`` measures (defaults: the issue's full run)."""
+
+    datasets: tuple[str, ...] = ("place", "twitter")
+    figures: tuple[str, ...] = FIGURES
+    o_init: int = 1_000_000
+    subs: int = 1_000_000
+    m: int = 20
+    k_max: int = 10
+    t_series: int = 100
+    t_sweep: int = 10
+    series_subs: dict[str, int] = field(default_factory=dict)  # |S| of Figure 7 per data set
+    t_table: int | None = None  # timestamps of the Tables 2-3 points (default: the Figure 7 run)
+    table_subs: dict[str, int] = field(default_factory=dict)  # |S| of Tables 2-3 (default: subs)
+    sweep_subs: int | None = None  # |S| of the m and k_max sweeps (default: subs)
+    runs: int = 1  # repeats of the Figure 7 points (timing medians over runs)
+    ms: tuple[int, ...] = (5, 10, 20, 40)
+    subs_values: tuple[int, ...] = (250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000)
+    subs_values_by_dataset: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    k_values: tuple[int, ...] = (5, 10, 20, 40)
+    seed: int = 7
+    theta: int = 20
+    gamma1: int = 100_000
+    gamma2: int = 20
+    grid: int = 16384
+    variants_series: tuple[tuple[str, str], ...] = VARIANTS_SERIES
+    variants_sweep: tuple[tuple[str, str], ...] = VARIANTS_SWEEP
+    quick: bool = False
+
+    @classmethod
+    def quick_config(cls) -> PaperConfig:
+        """Small sizes: the whole protocol in about a minute (used by the test)."""
+        return cls(o_init=20_000, subs=20_000, m=5, t_series=10, t_sweep=3, ms=(2, 5),
+                   subs_values=(10_000, 20_000), k_values=(5, 10), grid=1024, quick=True)
+
+    def subs_of(self, dataset: str, series: bool) -> int:
+        if series:
+            return self.series_subs.get(dataset, self.subs)
+        return self.sweep_subs if self.sweep_subs is not None else self.subs
+
+    def base(self, dataset: str, *, series: bool = True, **over: Any) -> Point:
+        p = Point(dataset=dataset, o_init=self.o_init, subs=self.subs_of(dataset, series), k_max=self.k_max, m=self.m,
+                  method="dkm", new_cost="live", T=self.t_series, seed=self.seed, theta=self.theta,
+                  gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid)
+        return replace(p, **over)
+
+    def sweep_values(self, fig: str, dataset: str) -> tuple[str, tuple[int, ...]]:
+        if fig == "fig8":
+            return "m", self.ms
+        if fig == "fig9":
+            return "subs", self.subs_values_by_dataset.get(dataset, self.subs_values)
+        if fig == "fig10":
+            return "k_max", self.k_values
+        raise ValueError(f"{fig} is not a sweep")
+
+    def series_point(self, dataset: str, method: str, new_cost: str, run: int = 0) -> Point:
+        return self.base(dataset, method=method, new_cost=new_cost, run=run)
+
+    def table_point(self, dataset: str, method: str, new_cost: str) -> Point:
+        """The default setting of Tables 2-3 and the issue's targets (``|S| = subs``)."""
+        return self.base(dataset, method=method, new_cost=new_cost,
+                         subs=self.table_subs.get(dataset, self.subs),
+                         T=self.t_table if self.t_table is not None else self.t_series)
+
+    def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str) -> Point:
+        name, _ = self.sweep_values(fig, dataset)
+        return self.base(dataset, series=False, method=method, new_cost=new_cost, T=self.t_sweep,
+                         **{name: value})
+
+    def series_twin(self, p: Point) -> Point:
+        """The Figure 7 point whose first ``T_sweep`` timestamps are the same stream as ``p``."""
+        return replace(p, T=self.t_series, run=0)
+
+    def covered_by_series(self, p: Point) -> bool:
+        twin = self.series_twin(p)
+        return (p.T <= self.t_series and any(
+            twin == self.series_point(p.dataset, me, nc) for me, nc in self.variants_series))
+
+    def plan(self) -> list[Point]:
+        """Every point to measure, in the order they run (cheap settings first)."""
+        pts: list[Point] = []
+        for ds in self.datasets:
+            if "tables" in self.figures:
+                for me, nc in self.variants_series:
+                    p = self.table_point(ds, me, nc)
+                    if not self.covered_by_series(p):
+                        pts.append(p)
+            if "fig7" in self.figures:
+                for r in range(self.runs):
+                    pts += [self.series_point(ds, me, nc, r) for me, nc in self.variants_series]
+            for fig in ("fig8", "fig10", "fig9"):
+                if fig not in self.figures:
+                    continue
+                _, values = self.sweep_values(fig, ds)
+                for v in values:
+                    for me, nc in self.variants_sweep:
+                        p = self.sweep_point(fig, ds, v, me, nc)
+                        if self.covered_by_series(p):
+                            continue  # the Figure 7 run, cut to T_sweep timestamps
+                        pts.append(p)
+        seen: set[str] = set()
+        out = []
+        for p in pts:
+            if p.key() not in seen:
+                seen.add(p.key())
+                out.append(p)
+        return out
+
+
+# --------------------------------------------------------------------------- results store
+class Store:
+    """``DIR/results-<dataset>.jsonl``: one JSON object per finished (or failed) point,
+    appended (one file per data set, so two processes may measure two data sets at once)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.records: dict[str, dict[str, Any]] = {}
+        for path in sorted(directory.glob("results*.jsonl")) if directory.exists() else []:
+            for line in path.read_text().splitlines():
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by an interruption
+                self.records[rec["key"]] = rec  # a later line wins
+
+    def done(self, p: Point) -> bool:
+        rec = self.records.get(p.key())
+        return rec is not None and rec.get("status") == "ok"
+
+    def get(self, p: Point) -> dict[str, Any] | None:
+        return self.records.get(p.key())
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with (self.dir / f"results-{rec['point']['dataset']}.jsonl").open("a") as fh:
+            fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            fh.flush()
+        self.records[rec["key"]] = rec
+
+    def find(self, **fields: Any) -> list[dict[str, Any]]:
+        """Records whose point has every given field value."""
+        return [r for r in self.records.values() if all(r["point"].get(k) == v for k, v in fields.items())]
+
+
+# --------------------------------------------------------------------------- measurement
+def _peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _metrics_columns(metrics: Sequence[Any]) -> dict[str, list[float | int]]:
+    cols: dict[str, list[float | int]] = {k: [] for k in (
+        "t", "update", "knn", "insert", "delete", "refresh", "balance", "wall", "work",
+        "work_max", "work_min", "min_work", "imbalance")}
+    for mt in metrics:
+        cols["t"].append(mt.t)
+        cols["update"].append(mt.update_time)
+        cols["knn"].append(mt.time_knn)
+        cols["insert"].append(mt.time_insert)
+        cols["delete"].append(mt.time_delete)
+        cols["refresh"].append(mt.time_refresh)
+        cols["balance"].append(mt.load_balance)
+        cols["wall"].append(mt.wall)
+        cols["work"].append(mt.work)
+        cols["work_max"].append(int(mt.worker_work.max()))
+        cols["work_min"].append(int(mt.worker_work.min()))
+        cols["min_work"].append(mt.min_work)
+        cols["imbalance"].append(mt.work_imbalance)
+    return cols
+
+
+def _need_gib(subs: int) -> float:
+    """Rough peak memory of one workload's points (measured ~3 GiB per million
+    subscriptions with the knn matrix, the plan and one engine); a guard, not a model."""
+    return 1.5 + 3.0 * subs / 1e6
+
+
+class Runner:
+    """Measures the points of a :class:`PaperConfig` not yet in the store."""
+
+    def __init__(self, cfg: PaperConfig, store: Store, *, progress: bool = True,
+                 log: Any = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.progress = progress
+        self.log = log if log is not None else sys.stderr
+        self._sources: dict[str, tuple[Any, Any]] = {}
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.log, flush=True)
+
+    def pending(self) -> list[Point]:
+        return [p for p in self.cfg.plan() if not self.store.done(p)]
+
+    def run(self, points: Sequence[Point] | None = None) -> int:
+        """Measure ``points`` (default: every pending one); returns how many were measured."""
+        from tqdm import tqdm
+
+        todo = list(self.pending() if points is None else points)
+        if not todo:
+            self.say("nothing to measure: every point is in the store")
+            return 0
+        groups: dict[tuple[str, int, int, int, int], list[Point]] = {}
+        for p in todo:
+            groups.setdefault(p.workload(), []).append(p)
+        total = sum(p.est_seconds() for p in todo)
+        self.say(f"{len(todo)} point(s) in {len(groups)} workload(s) to measure; "
+                 f"rough estimate {total / 60:.0f} min")
+        n = 0
+        with tqdm(total=round(total), unit="est-s", desc="paper bench", disable=not self.progress,
+                  file=self.log, dynamic_ncols=True, smoothing=0.1) as bar:
+            for key, pts in groups.items():
+                for p, rec in self._measure_group(key, pts):
+                    self.store.add(rec)
+                    n += rec["status"] == "ok"
+                    bar.update(round(p.est_seconds()))
+        return n
+
+    # A workload: generation, the exact kNN of S within O_init, statistics; then its points.
+    def _measure_group(self, key: tuple[str, int, int, int, int],
+                       pts: list[Point]) -> Iterator[tuple[Point, dict[str, Any]]]:
+        from dkmsks.core.engine import initial_phase
+        from dkmsks.core.knn_init import StaticKnnIndex
+        from dkmsks.core.model import data_space
+        from dkmsks.core.stats import ObjectStatistics
+        from dkmsks.core.workload import WorkloadSpec, generate_workload
+
+        dataset, o_init_n, subs_n, k_max, seed = key
+        need, avail = _need_gib(subs_n), available_memory_gib()
+        if need > avail:
+            why = (f"needs about {need:.0f} GiB (≈3 GiB per million subscriptions, measured) but "
+                   f"only {avail:.1f} GiB is available on this shared machine")
+            self.say(f"skip {dataset} |S|={subs_n:,}: {why}")
+            for p in pts:
+                yield p, self._record(p, "failed", error=why)
+            return
+        T = max(p.T for p in pts)
+        c0 = time.perf_counter()
+        source, vocab = self._source(dataset, o_init_n + T * 1000)
+        objects, events = generate_workload(source, WorkloadSpec(
+            o_init=o_init_n, subscriptions=subs_n, timestamps=T, k_max=k_max, seed=seed))
+        o_init, subs = initial_phase(objects, events)
+        space = data_space(o_init, subs)
+        n_kw = len(vocab)
+        c1 = time.perf_counter()
+        knn_index = StaticKnnIndex.build(o_init, n_kw)
+        knn = knn_index.query(subs, width=max(int(subs.k.max()), 1))
+        c2 = time.perf_counter()
+        stats = ObjectStatistics.build(o_init, n_kw)
+        c3 = time.perf_counter()
+        setup = {"workload_s": c1 - c0, "knn_init_s": c2 - c1, "stats_s": c3 - c2,
+                 "keywords": n_kw, "objects_in_stream": len(objects) - len(o_init)}
+        self.say(f"{dataset}: |O_init|={len(o_init):,} |S|={len(subs):,} k_max={k_max} T={T} "
+                 f"({n_kw:,} keywords): workload {c1 - c0:.1f}s, initial kNN {c2 - c1:.1f}s, "
+                 f"statistics {c3 - c2:.1f}s")
+        plans: dict[tuple[str, int], tuple[Any, float]] = {}
+        # the long series first, then by m; variants in the configured order (cheap DkM-SKS first)
+        rank: dict[tuple[str, str], int] = {}
+        for v in self.cfg.variants_series + self.cfg.variants_sweep:
+            rank.setdefault(v, len(rank))
+        order = sorted(pts, key=lambda p: (-p.T, p.m, p.run, rank.get((p.method, p.new_cost), 99)))
+        for i, p in enumerate(order):
+            try:
+                rec = self._measure_point(p, plans, setup, space, stats, knn_index, knn, subs,
+                                          objects, events)
+            except MemoryError as err:
+                rec = self._record(p, "failed", error=f"MemoryError: {err}")
+            yield p, rec
+            # drop a plan once no later point of this workload needs it
+            if not any((q.method, q.m) == (p.method, p.m) for q in order[i + 1:]):
+                plans.pop((p.method, p.m), None)
+                gc.collect()
+        del knn_index, knn, stats, objects, events, subs, o_init
+        gc.collect()
+
+    def _source(self, dataset: str, n: int) -> tuple[Any, Any]:
+        have = self._sources.get(dataset)
+        if have is None or len(have[0]) < n:
+            self._sources.clear()
+            gc.collect()
+            c0 = time.perf_counter()
+            have = load_objects(dataset_path(dataset), n)
+            self._sources[dataset] = have
+            self.say(f"read {len(have[0]):,} {dataset} objects in {time.perf_counter() - c0:.1f}s")
+        return have
+
+    def _measure_point(self, p: Point, plans: dict, setup: dict, space, stats, knn_index, knn,
+                       subs, objects, events) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        from dkmsks.core.engine import Engine
+        from dkmsks.core.partition import MainServer, partition
+
+        load0 = load_average()
+        cached = plans.get((p.method, p.m))
+        if cached is None:
+            c0 = time.perf_counter()
+            plan = partition(p.method, stats, knn, subs, space, m=p.m, theta=p.theta,
+                             gamma1=p.gamma1, gamma2=p.gamma2)
+            cached = plans[(p.method, p.m)] = (plan, time.perf_counter() - c0)
+        plan, part_s = cached
+        c0 = time.perf_counter()
+        server = MainServer(plan, stats, knn_index, new_cost=p.new_cost)
+        server_s = time.perf_counter() - c0
+        engine = Engine(p.method, space, p.m, server, clock=time.perf_counter, grid=p.grid)
+        c0 = time.perf_counter()
+        engine.load_initial(subs, knn, plan.worker, groups=plan.subset if p.method == "sop" else None)
+        load_s = time.perf_counter() - c0
+        metrics = []
+        worker_total = np.zeros(p.m, dtype=np.int64)
+        label = f"{p.dataset} {p.method}/{p.new_cost} m={p.m} |S|={p.subs:,} k_max={p.k_max}"
+        with tqdm(total=p.T, unit="ts", desc=label, leave=False, disable=not self.progress,
+                  file=self.log, dynamic_ncols=True) as bar:
+            for mt in engine.run(objects, events, until=p.T):
+                metrics.append(mt)
+                worker_total += mt.worker_work
+                bar.set_postfix(ms=f"{1e3 * mt.update_time:.0f}", refresh=False)
+                bar.update(1)
+        cols = _metrics_columns(metrics)
+        rec = self._record(p, "ok")
+        rec["setup"] = dict(setup, partition_s=part_s, server_s=server_s, worker_index_s=load_s,
+                            subsets=len(plan.subsets))
+        rec["ts"] = cols
+        rec["worker_work_total"] = worker_total.tolist()
+        rec["worker_subs_end"] = metrics[-1].worker_subs.tolist() if metrics else []
+        rec["load_avg"] = [load0, load_average()]
+        rec["peak_rss_gib"] = _peak_rss_gib()
+        upd = np.mean(cols["update"]) if cols["update"] else float("nan")
+        self.say(f"{label} T={p.T}: mean update {1e3 * upd:.1f} ms, mean balance "
+                 f"{1e3 * np.mean(cols['balance']):.1f} ms, mean work {np.mean(cols['work']):,.0f} "
+                 f"(min {np.mean(cols['min_work']):,.0f}); partition {part_s:.1f}s")
+        return rec
+
+    @staticmethod
+    def _record(p: Point, status: str, *, error: str = "") -> dict[str, Any]:
+        rec: dict[str, Any] = {"key": p.key(), "point": asdict(p), "status": status,
+                               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if error:
+            rec["error"] = error
+        return rec
