@@ -27,6 +27,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--poll", type=float, default=2.0, help="seconds between polls in --follow mode (%(default)s)")
     p.add_argument("--idle-exit", type=float, default=None,
                    help="--follow: stop after this many seconds without new timestamps")
+    p.add_argument("--compaction", choices=["auto", "always", "never"], default="auto",
+                   help="merge the journal's results into knn_state after the run: when the uncompacted "
+                        "tail is large (auto), always, or never (%(default)s)")
+    p.add_argument("--lock-timeout", type=float, default=None,
+                   help="seconds to wait for another writer of the same warehouse before failing "
+                        "(default $DKMSKS_LOCK_TIMEOUT or 900)")
     args = p.parse_args(argv)
     if args.max_timestamps is not None and args.max_timestamps < 0:
         p.error("--max-timestamps must be at least 0")
@@ -44,10 +50,8 @@ def follow(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
-    from dkmsks.spark.microbatch_job import run_microbatch
-
     from dkmsks.spark import tables
-    from dkmsks.spark.microbatch_job import current_plan
+    from dkmsks.spark.microbatch_job import current_plan, run_microbatch
 
     tables.ensure_tables(spark)
     if current_plan(spark) is None:
@@ -58,22 +62,22 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
         return follow(spark, args)
     run_id = args.run_id or "microbatch"
     while True:
-        report = run_microbatch(spark, run_id=run_id, until=args.until, max_timestamps=args.max_timestamps)
+        report = run_microbatch(spark, run_id=run_id, until=args.until, max_timestamps=args.max_timestamps,
+                                compaction=args.compaction, lock_timeout=args.lock_timeout)
         if not report.timestamps:
-            print("no pending timestamp")
+            print("no pending timestamp" + (" (state compacted)" if report.compacted else ""))
             return 0
         phases = ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in report.phases_ms.items())
         print(f"processed t={report.timestamps[0]}..{report.timestamps[-1]} ({len(report.timestamps)} "
               f"timestamps, {report.objects:,} objects, +{report.insertions} -{report.deletions} "
-              f"subscriptions, {report.rejected} rejected){' [recovered]' if report.recovered else ''}: {phases}")
-        if not report.recovered and args.max_timestamps is None:
+              f"subscriptions, {report.rejected} rejected){' [replay: already committed]' if report.replayed else ''}"
+              f": {phases}", flush=True)
+        if args.max_timestamps is None:
             return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return main_with_session(argv, parse_args, run, "dkmsks-microbatch")
-
-
 
 
 if __name__ == "__main__":

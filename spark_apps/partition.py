@@ -52,7 +52,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     from dkmsks.spark import tables
-    from dkmsks.spark.partition_job import run_partition, run_repartition
+    from dkmsks.spark.partition_job import partition_done, run_partition, run_repartition
 
     params = params_from(args)
     run_id = args.run_id or ("repartition" if args.repartition else "partition")
@@ -66,8 +66,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
         report = run_repartition(spark, params, run_id=run_id)
     else:
         tables.ensure_tables(spark)
-        if args.if_absent and spark.table(tables.PLANS).limit(1).count():
-            print("a plan exists already; nothing to do (--if-absent)")
+        if args.if_absent and partition_done(spark):
+            print("the initial partitioning is done already; nothing to do (--if-absent)")
             return 0
         report = run_partition(spark, params, run_id=run_id)
     loads = report.loads

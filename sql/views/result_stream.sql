@@ -1,6 +1,7 @@
--- Result changes as subscribers see them: the change data feed of knn_state.
+-- Result changes as subscribers see them, per timestamp, with distances (not squared).
+-- The change data feed of knn_state (`table_changes('knn_state', v)`) carries the same
+-- changes at compaction granularity.
 CREATE OR REPLACE VIEW result_stream
-COMMENT 'dkmsks: change data feed of the kNN state (insert, update_preimage/postimage, delete)'
-AS SELECT _commit_version AS state_version, _commit_timestamp AS committed_at, _change_type AS change_type,
-          sub_id, worker, object_ids, transform(d2, v -> sqrt(v)) AS distances, updated_t
-FROM table_changes('knn_state', 0)
+COMMENT 'dkmsks: result changes per timestamp (insert, update, delete) with distances'
+AS SELECT t, sub_id, worker, change, object_ids, transform(d2, v -> sqrt(v)) AS distances, run_id
+FROM journal WHERE record = 'change'

@@ -140,8 +140,8 @@ def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeli
     per_t = spark.sql("SELECT t, pairs_tested, pairs_in_ball FROM timestamp_metrics ORDER BY t").collect()
     assert [r.t for r in per_t] == list(range(1, T + 1))
     assert all(r.pairs_tested >= r.pairs_in_ball for r in per_t)
-    stream = spark.sql("SELECT DISTINCT change_type FROM result_stream").collect()
-    assert {"insert", "update_postimage", "delete"} <= {r.change_type for r in stream}
+    stream = spark.sql("SELECT DISTINCT change FROM result_stream").collect()
+    assert {r.change for r in stream} == {"insert", "update", "delete"}
 
 
 def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db, workload, monkeypatch):
@@ -153,18 +153,46 @@ def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db
     oracle = workload[3]
     _partition(spark, "kop", 3)
     run_microbatch(spark, run_id="first", until=3)
-    watched = ("knn_state", "result_changes", "worker_metrics", "ledger")
+    watched = ("knn_state", "journal", "run_metrics")
     versions = {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched}
     counts = {t: spark.table(t).count() for t in watched}
 
-    # Pretend the ledger lost t=2..3: the run recomputes its timestamps (from the state before
-    # that commit, by time travel), and every write is a replay that Delta skips.
-    monkeypatch.setattr(microbatch_job, "last_processed", lambda spark: 1)
+    # Pretend the ledger lost t=2..3: the run recomputes them, and its commit is a replay of a
+    # committed transaction (txnAppId/txnVersion), which is skipped.
+    monkeypatch.setattr(microbatch_job, "last_processed", lambda source: 1)
     report = run_microbatch(spark, run_id="replay", until=3)
-    assert report.recovered and report.timestamps == [1, 2, 3]
+    assert report.replayed and report.timestamps == [2, 3]
     assert {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched} == versions
     assert {t: spark.table(t).count() for t in watched} == counts
+    monkeypatch.undo()
     _assert_equal(_state_results(spark), oracle[3])
+
+
+def test_compaction_keeps_current_and_earlier_results_exact(spark, pipeline_db, workload):
+    from delta.tables import DeltaTable
+
+    from dkmsks.spark.export import results_as_of, state_checkpoints
+    from dkmsks.spark.microbatch_job import compact, run_microbatch
+
+    oracle = workload[3]
+    _partition(spark, "dkm", 3)
+    assert compact(spark, force=True) is None  # nothing to merge yet
+    run_microbatch(spark, run_id="a", until=2, compaction="never")
+    report = run_microbatch(spark, run_id="b", until=4, compaction="always")
+    assert report.compacted and report.timestamps == [3, 4]
+    assert [through for through, _ in state_checkpoints(spark)] == [0, 4]
+    # The snapshot alone (no journal tail) now holds the results at t=4.
+    snapshot = {r.sub_id: list(r.object_ids) for r in spark.table("knn_state").collect()}
+    assert snapshot == {s: r.object_ids.tolist() for s, r in oracle[4].items()}
+    assert compact(spark, force=True) is None  # idempotent: the tail is empty now
+    history = DeltaTable.forName(spark, "knn_state").history().count()
+    run_microbatch(spark, run_id="c", compaction="never")
+    assert DeltaTable.forName(spark, "knn_state").history().count() == history
+    _assert_equal(_state_results(spark), oracle[T])
+    for t in range(T + 1):
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+    live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
+    assert live == len(oracle[T])
 
 
 def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, workload):
@@ -186,7 +214,8 @@ def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, 
         _assert_equal(results_as_of(spark, t)[1], oracle[t])
 
 
-def test_crash_after_the_state_commit_is_recovered_without_double_apply(spark, pipeline_db, workload, monkeypatch):
+def test_a_crash_before_or_after_the_journal_commit_loses_and_duplicates_nothing(
+        spark, pipeline_db, workload, monkeypatch):
     from dkmsks.spark import microbatch_job
     from dkmsks.spark.export import processed_timestamps
     from dkmsks.spark.microbatch_job import run_microbatch
@@ -195,24 +224,28 @@ def test_crash_after_the_state_commit_is_recovered_without_double_apply(spark, p
     _partition(spark, "dkm", 3)
 
     def crash(*args, **kwargs):
-        raise RuntimeError("driver killed after the state commit")
+        raise RuntimeError("driver killed")
 
-    monkeypatch.setattr(microbatch_job, "write_ledger", crash)
+    monkeypatch.setattr(microbatch_job, "commit", crash)  # dies just before its commit point
     with pytest.raises(RuntimeError, match="driver killed"):
         run_microbatch(spark, run_id="crashing", until=3)
     monkeypatch.undo()
     assert processed_timestamps(spark) == [0]
 
-    report = run_microbatch(spark, run_id="recovery")
-    assert report.recovered and report.timestamps == [1, 2, 3]
-    run_microbatch(spark, run_id="rest")
+    monkeypatch.setattr(microbatch_job, "record_run_metrics", crash)  # dies just after it
+    with pytest.raises(RuntimeError, match="driver killed"):
+        run_microbatch(spark, run_id="crashing-later", until=3)
+    monkeypatch.undo()
+    assert processed_timestamps(spark) == [0, 1, 2, 3]
+
+    report = run_microbatch(spark, run_id="rest")
+    assert report.timestamps == [4, 5] and not report.replayed
     assert processed_timestamps(spark) == list(range(T + 1))
     _assert_equal(_state_results(spark), oracle[T])
     dup = spark.sql("SELECT t, sub_id, change, count(*) AS n FROM result_changes GROUP BY 1, 2, 3 HAVING n > 1")
     assert dup.count() == 0
     per_t = {r.t: r.n for r in spark.sql("SELECT t, count(*) AS n FROM worker_metrics GROUP BY t").collect()}
     assert per_t == {t: 3 for t in range(1, T + 1)}
-    assert np.all(np.asarray(sorted(per_t)) == np.arange(1, T + 1))
 
 
 def test_follow_mode_refuses_too_few_task_slots(spark, pipeline_db, tmp_path):

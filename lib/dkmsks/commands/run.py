@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dkmsks.spark import tables
     from dkmsks.spark.ingest import ingest_events, ingest_objects
-    from dkmsks.spark.microbatch_job import current_plan, last_processed, pending_timestamps, run_microbatch
+    from dkmsks.spark.driver_data import pending_timestamps
+    from dkmsks.spark.microbatch_job import current_plan, last_processed, open_lake, run_microbatch
     from dkmsks.spark.partition_job import PartitionParams, run_partition
 
     started = time.perf_counter()
@@ -64,13 +65,14 @@ def run(args: argparse.Namespace) -> int:
                     "continuing with it (use a fresh --warehouse for another method)")
             else:
                 say(f"plan {info.plan_version} exists ({info.method}, m={info.workers})")
-        pending = pending_timestamps(spark, last_processed(spark), args.until)
+        lake = open_lake(spark)
+        pending = pending_timestamps(lake, last_processed(lake), args.until)
         with tqdm(total=len(pending), unit="ts", desc="timestamps", disable=not pending) as bar:
             while True:
                 rep = run_microbatch(spark, run_id="run", until=args.until, max_timestamps=args.timestamps_per_run)
                 if not rep.timestamps:
                     break
-                bar.update(len(rep.timestamps) if not rep.recovered else 0)
+                bar.update(len(rep.timestamps))
                 bar.set_postfix_str(", ".join(f"{k} {v / 1e3:.1f}s" for k, v in rep.phases_ms.items()))
         print_summary(spark, say)
     finally:

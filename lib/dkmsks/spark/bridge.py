@@ -1,25 +1,26 @@
 """The bridge between Spark rows and the numpy core: what one worker task runs.
 
-Everything here is testable without a JVM: :func:`run_worker` takes the worker's state rows
-(dicts/Rows with the ``knn_state`` columns) and a :class:`BatchPayload` (the pending
+Everything here is testable without a JVM: :func:`run_worker` reads the worker's current
+state rows (an Arrow table with the ``knn_state`` columns, through
+:class:`~dkmsks.spark.state_io.StateView`) and takes a :class:`BatchPayload` (the pending
 timestamps, already routed by the main server), rebuilds the core
 :class:`~dkmsks.core.update.Worker`, applies each timestamp in order (deletions, insertions,
 objects — DESIGN §1) and yields output records: one ``change`` per result change, one
 ``metric`` per timestamp, and one ``final`` row per subscription the run touched (the state
-to merge back). Keyword strings are encoded with a task-local vocabulary: ids only have to
+to journal). Records travel back to the driver as one Arrow table. Keyword strings are encoded with a task-local vocabulary: ids only have to
 agree within one task.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabulary
 from dkmsks.core.update import Worker
 
@@ -30,6 +31,23 @@ OUTPUT_FIELDS = (
     "subscriptions", "pairs_tested", "pairs_in_ball", "results_changed",
     "knn_ms", "insert_ms", "delete_ms",
 )
+#: Arrow schema of the output records (the order of :data:`OUTPUT_FIELDS`).
+OUTPUT_SCHEMA = pa.schema([
+    ("record", pa.string()), ("t", pa.int64()), ("seq", pa.int64()), ("worker", pa.int32()),
+    ("sub_id", pa.int64()), ("change", pa.string()), ("object_ids", pa.list_(pa.int64())),
+    ("d2", pa.list_(pa.float64())), ("x", pa.float64()), ("y", pa.float64()),
+    ("keywords", pa.list_(pa.string())), ("k", pa.int32()), ("registered_t", pa.int64()),
+    ("weight", pa.int64()), ("subset", pa.int64()), ("subscriptions", pa.int64()),
+    ("pairs_tested", pa.int64()), ("pairs_in_ball", pa.int64()), ("results_changed", pa.int64()),
+    ("knn_ms", pa.float64()), ("insert_ms", pa.float64()), ("delete_ms", pa.float64()),
+])
+
+
+def records_table(records: Sequence[tuple]) -> pa.Table:
+    """Output records (tuples in :data:`OUTPUT_FIELDS` order) as one Arrow table."""
+    columns = list(zip(*records, strict=True)) if records else [() for _ in OUTPUT_FIELDS]
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, OUTPUT_SCHEMA, strict=True)],
+                                schema=OUTPUT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -86,34 +104,6 @@ class BatchPayload:
     index_options: dict[str, float] = field(default_factory=dict)
 
 
-def _state_arrays(rows: Sequence[Any], vocab: Vocabulary) -> tuple[StateArrays, np.ndarray, np.ndarray]:
-    """knn_state rows -> (StateArrays, weight, subset) in row order."""
-    n = len(rows)
-    k = np.fromiter((r["k"] for r in rows), dtype=np.int32, count=n)
-    width = max(int(k.max()) if n else 1, max((len(r["object_ids"]) for r in rows), default=1), 1)
-    ids = np.full((n, width), -1, dtype=np.int64)
-    d2 = np.full((n, width), np.inf, dtype=np.float64)
-    for i, r in enumerate(rows):
-        m = len(r["object_ids"])
-        if m:
-            ids[i, :m] = r["object_ids"]
-            d2[i, :m] = r["d2"]
-    keywords = KeywordSets.from_lists([sorted({vocab.id_of(w) for w in r["keywords"]}) for r in rows])
-    arrays = StateArrays(
-        sub_ids=np.fromiter((r["sub_id"] for r in rows), dtype=np.int64, count=n),
-        x=np.fromiter((r["x"] for r in rows), dtype=np.float64, count=n),
-        y=np.fromiter((r["y"] for r in rows), dtype=np.float64, count=n),
-        keywords=keywords,
-        k=k,
-        t=np.fromiter((r["registered_t"] for r in rows), dtype=np.int64, count=n),
-        ids=ids,
-        d2=d2,
-    )
-    weight = np.fromiter((r["weight"] for r in rows), dtype=np.int64, count=n)
-    subset = np.fromiter((r["subset"] for r in rows), dtype=np.int64, count=n)
-    return arrays, weight, subset
-
-
 def _record(**values: Any) -> tuple:
     return tuple(values.get(f) for f in OUTPUT_FIELDS)
 
@@ -131,23 +121,38 @@ class WorkerSession:
     mode) pays the index build once (DESIGN §3 fact 6).
     """
 
-    def __init__(self, worker_id: int, rows: Iterable[Any], *, method: str,
+    def __init__(self, worker_id: int, state: pa.Table, *, method: str,
                  space: tuple[float, float, float, float], grid: int,
                  index_options: dict[str, float] | None = None) -> None:
+        from dkmsks.spark.state_io import state_arrays
+
         self.worker_id = worker_id
         self.method = method
         self.vocab = Vocabulary()
-        rows = list(rows)
-        arrays, weight, subset = _state_arrays(rows, self.vocab)
-        # Attributes the state does not keep, needed to write full rows back.
-        self.attrs: dict[int, tuple[float, float, list[str], int, int, int, int]] = {
-            int(r["sub_id"]): (r["x"], r["y"], list(r["keywords"]), int(r["k"]), int(r["registered_t"]),
-                               int(w), int(s))
-            for r, w, s in zip(rows, weight.tolist(), subset.tolist(), strict=True)
-        }
+        arrays = state_arrays(state, self.vocab)
+        # Cost and plan subset are not part of the core state; the finals need them back.
+        order = np.argsort(arrays.sub_ids, kind="stable")
+        self._ids = arrays.sub_ids[order]
+        self._weight = np.asarray(state.column("weight").to_numpy(), dtype=np.int64)[order]
+        self._subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)[order]
+        self._registered: dict[int, int] = {}  # weights of subscriptions inserted since
         self.sop = method == "sop"
+        subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)
         self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if self.sop else None,
                                          grid=grid, **(index_options or {}))
+
+    def _weights_of(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        weight = np.zeros(sub_ids.shape[0], dtype=np.int64)
+        subset = np.full(sub_ids.shape[0], -1, dtype=np.int64)
+        if self._ids.shape[0]:
+            pos = np.minimum(np.searchsorted(self._ids, sub_ids), self._ids.shape[0] - 1)
+            known = self._ids[pos] == sub_ids
+            weight[known] = self._weight[pos[known]]
+            subset[known] = self._subset[pos[known]]
+        for i, sid in enumerate(sub_ids.tolist()):
+            if sid in self._registered:
+                weight[i], subset[i] = self._registered[sid], -1
+        return weight, subset
 
     def apply(self, payload: BatchPayload) -> Iterator[tuple]:
         """Apply every timestamp of ``payload`` (deletions, insertions, objects); yield records."""
@@ -172,7 +177,7 @@ class WorkerSession:
                     yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="delete")
                     deleted_last[sid] = (t, seq)
                     touched.pop(sid, None)
-                    self.attrs.pop(sid, None)
+                    self._registered.pop(sid, None)
             delete_ms = (time.perf_counter() - started) * 1e3
 
             started = time.perf_counter()
@@ -185,9 +190,7 @@ class WorkerSession:
                 worker.add(subs, None, groups=groups)
                 for j in ins.tolist():
                     sid = int(payload.ins_ids[j])
-                    self.attrs[sid] = (float(payload.ins_x[j]), float(payload.ins_y[j]),
-                                       payload.ins_keywords.row(j), int(payload.ins_k[j]), int(t),
-                                       int(payload.ins_weight[j]), -1)
+                    self._registered[sid] = int(payload.ins_weight[j])
                     seq += 1
                     yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="insert",
                                   object_ids=[], d2=[])
@@ -216,22 +219,26 @@ class WorkerSession:
         # Final state of every subscription this batch touched: full rows for knn_state.
         if touched:
             final = worker.state.to_arrays(worker.state.rows_of(np.fromiter(touched, dtype=np.int64)))
+            weight, subset = self._weights_of(final.sub_ids)
+            words = vocab.words
             for i, sid in enumerate(final.sub_ids.tolist()):
-                x, y, kws, k, reg_t, w, s = self.attrs[sid]
+                k = int(final.k[i])
                 oids, d2 = _result_lists(final.ids[i], final.d2[i], k)
                 last_t, last_seq = touched[sid]
                 yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid,
-                              change="upsert", object_ids=oids, d2=d2, x=x, y=y, keywords=kws, k=k,
-                              registered_t=reg_t, weight=w, subset=s)
+                              change="upsert", object_ids=oids, d2=d2, x=float(final.x[i]), y=float(final.y[i]),
+                              keywords=sorted(words[w] for w in final.keywords.row(i)), k=k,
+                              registered_t=int(final.t[i]), weight=int(weight[i]), subset=int(subset[i]))
         for sid, (last_t, last_seq) in deleted_last.items():
             yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid, change="delete")
 
 
-def run_worker(worker_id: int, rows: Iterable[Any], payload: BatchPayload) -> Iterator[tuple]:
-    """Build one worker from its ``knn_state`` rows and apply ``payload`` (a one-shot task).
+def run_worker(worker_id: int, view: Any, payload: BatchPayload) -> pa.Table:
+    """Read one worker's current state (a :class:`~dkmsks.spark.state_io.StateView`, pinned
+    to table versions), apply ``payload`` and return its records (a one-shot task).
 
     Deterministic for given inputs, so a retried Spark task yields the same records.
     """
-    session = WorkerSession(worker_id, rows, method=payload.method, space=payload.space, grid=payload.grid,
-                            index_options=payload.index_options)
-    yield from session.apply(payload)
+    session = WorkerSession(worker_id, view.read(worker=worker_id), method=payload.method, space=payload.space,
+                            grid=payload.grid, index_options=payload.index_options)
+    return records_table(list(session.apply(payload)))

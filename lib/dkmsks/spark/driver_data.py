@@ -1,25 +1,22 @@
 """Moving table data between Delta and the core on the driver (the main server's side).
 
-Arrow is the bridge: list columns convert to CSR keyword sets and kNN matrices without a
-Python loop per row.
+Reads go through delta-rs (:mod:`dkmsks.spark.lake`), not a Spark job: the rows a
+micro-batch needs are few. Arrow is the bridge: list columns convert to CSR keyword sets
+and kNN matrices without a Python loop per row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import KeywordSets, Objects, Op, SubscriptionEvents, Vocabulary
 from dkmsks.spark import tables
+from dkmsks.spark.lake import Lake, where
 
 
-def _keywords(col: pa.ChunkedArray | pa.Array, vocab: Vocabulary) -> KeywordSets:
+def keyword_sets(col: pa.ChunkedArray | pa.Array, vocab: Vocabulary) -> KeywordSets:
     """An Arrow list<string> column -> CSR keyword ids (each row sorted, distinct)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offsets = np.asarray(arr.offsets, dtype=np.int64)
@@ -44,99 +41,46 @@ def _col(table: pa.Table, name: str, dtype: type) -> np.ndarray:
 def to_objects(table: pa.Table, vocab: Vocabulary) -> Objects:
     return Objects(
         _col(table, "id", np.int64), _col(table, "x", np.float64), _col(table, "y", np.float64),
-        _keywords(table.column("keywords"), vocab), _col(table, "t", np.int64),
+        keyword_sets(table.column("keywords"), vocab), _col(table, "t", np.int64),
     )
 
 
-def read_objects_between(
-    spark: SparkSession, vocab: Vocabulary, *, after: int | None, upto: int | None
-) -> Objects:
+def read_objects_between(lake: Lake, vocab: Vocabulary, *, after: int | None, upto: int | None) -> Objects:
     """Objects with ``after < t <= upto`` (either bound optional), in stream order."""
-    df = spark.table(tables.OBJECTS)
-    if after is not None:
-        df = df.where(F.col("t") > after)
-    if upto is not None:
-        df = df.where(F.col("t") <= upto)
-    table = df.select("id", "x", "y", "keywords", "t", "line").orderBy("t", "source", "line").toArrow()
+    table = lake.read(tables.OBJECTS, columns=["id", "x", "y", "keywords", "t", "source", "line"],
+                      predicate=where(t__gt=after, t__le=upto))
+    table = table.sort_by([("t", "ascending"), ("source", "ascending"), ("line", "ascending")])
     return to_objects(table, vocab)
 
 
-def read_events_between(
-    spark: SparkSession, vocab: Vocabulary, *, after: int | None, upto: int | None
-) -> SubscriptionEvents:
+def read_events_between(lake: Lake, vocab: Vocabulary, *, after: int | None, upto: int | None) -> SubscriptionEvents:
     """Subscription events with ``after < t <= upto`` in replay order (t, deletions first)."""
-    df = spark.table(tables.EVENTS)
-    if after is not None:
-        df = df.where(F.col("t") > after)
-    if upto is not None:
-        df = df.where(F.col("t") <= upto)
-    op_rank = F.when(F.col("op") == "delete", 0).otherwise(1)
-    table = (
-        df.select("op", "id", "x", "y", F.coalesce("keywords", F.array().cast("array<string>")).alias("keywords"),
-                  F.coalesce("k", F.lit(0)).alias("k"), "t", op_rank.alias("op_rank"), "source", "line")
-        .orderBy("t", "op_rank", "source", "line")
-        .toArrow()
-    )
-    ops = np.where(np.asarray(table.column("op").to_pylist()) == "delete", Op.DELETE, Op.INSERT)
-    x = pc.fill_null(table.column("x"), np.nan)
-    y = pc.fill_null(table.column("y"), np.nan)
+    table = lake.read(tables.EVENTS, columns=["op", "id", "x", "y", "keywords", "k", "t", "source", "line"],
+                      predicate=where(t__gt=after, t__le=upto))
+    is_insert = pc.equal(table.column("op"), "insert")
+    table = table.append_column("op_rank", pc.cast(is_insert, pa.int8()))
+    table = table.sort_by([("t", "ascending"), ("op_rank", "ascending"), ("source", "ascending"),
+                           ("line", "ascending")])
+    keywords = table.column("keywords").combine_chunks()
+    if keywords.null_count:  # deletions carry no keywords
+        keywords = pc.if_else(pc.is_null(keywords), pa.scalar([], type=keywords.type), keywords)
+    ops = np.where(np.asarray(table.column("op_rank").to_numpy()) == 0, Op.DELETE, Op.INSERT)
     return SubscriptionEvents(
         ops.astype(np.int8), _col(table, "id", np.int64),
-        np.asarray(x.to_numpy(), dtype=np.float64), np.asarray(y.to_numpy(), dtype=np.float64),
-        _keywords(table.column("keywords"), vocab), _col(table, "k", np.int32), _col(table, "t", np.int64),
+        np.asarray(pc.fill_null(table.column("x"), np.nan).to_numpy(), dtype=np.float64),
+        np.asarray(pc.fill_null(table.column("y"), np.nan).to_numpy(), dtype=np.float64),
+        keyword_sets(keywords, vocab),
+        np.asarray(pc.fill_null(table.column("k"), 0).to_numpy(), dtype=np.int32), _col(table, "t", np.int64),
     )
 
 
-@dataclass(frozen=True)
-class StateColumns:
-    """The driver's view of ``knn_state``: who holds what, at which cost."""
-
-    sub_ids: np.ndarray
-    worker: np.ndarray
-    weight: np.ndarray
-    subset: np.ndarray
-    plan_version: int | None
-
-
-def read_state_columns(spark: SparkSession, version: int | None = None) -> StateColumns:
-    """``sub_id, worker, weight, subset`` of every live subscription (optionally time-travelled)."""
-    df = state_frame(spark, version)
-    table = df.select("sub_id", "worker", "weight", "subset", "plan_version").orderBy("sub_id").toArrow()
-    pv = table.column("plan_version")
-    return StateColumns(
-        _col(table, "sub_id", np.int64), _col(table, "worker", np.int32), _col(table, "weight", np.int64),
-        _col(table, "subset", np.int64), int(pv[0].as_py()) if len(pv) else None,
-    )
-
-
-def state_frame(spark: SparkSession, version: int | None = None) -> DataFrame:
-    """``knn_state`` as of a Delta version (latest when ``None``)."""
-    if version is None:
-        return spark.table(tables.STATE)
-    return spark.read.option("versionAsOf", int(version)).table(tables.STATE)
-
-
-def read_state_arrays(spark: SparkSession, vocab: Vocabulary, version: int | None = None) -> tuple[StateArrays, np.ndarray]:
-    """Every live subscription with its kNN matrices (for repartitioning); also the workers."""
-    table = state_frame(spark, version).orderBy("sub_id").toArrow()
-    n = table.num_rows
-    k = _col(table, "k", np.int32)
-    width = max(int(k.max()) if n else 1, 1)
-    ids = np.full((n, width), -1, dtype=np.int64)
-    d2 = np.full((n, width), np.inf, dtype=np.float64)
-    oid_col = table.column("object_ids").combine_chunks()
-    d2_col = table.column("d2").combine_chunks()
-    offsets = np.asarray(oid_col.offsets, dtype=np.int64)
-    lengths = np.diff(offsets)
-    rows = np.repeat(np.arange(n), lengths)
-    pos = np.arange(offsets[-1] - offsets[0]) - np.repeat(offsets[:-1] - offsets[0], lengths)
-    ids[rows, pos] = oid_col.flatten().to_numpy()
-    d2[rows, pos] = d2_col.flatten().to_numpy()
-    arrays = StateArrays(
-        _col(table, "sub_id", np.int64), _col(table, "x", np.float64), _col(table, "y", np.float64),
-        _keywords(table.column("keywords"), vocab), k, _col(table, "registered_t", np.int64), ids, d2,
-    )
-    return arrays, _col(table, "worker", np.int32)
+def pending_timestamps(lake: Lake, after: int, until: int | None = None) -> list[int]:
+    """Distinct timestamps after ``after`` (and up to ``until``) with objects or events."""
+    found: set[int] = set()
+    for name in (tables.OBJECTS, tables.EVENTS):
+        t = lake.read(name, columns=["t"], predicate=where(t__gt=after, t__le=until)).column("t")
+        found.update(pc.unique(t).to_pylist())
+    return sorted(int(v) for v in found)
 
 
 def list_column(matrix: np.ndarray, lengths: np.ndarray, dtype: pa.DataType) -> pa.ListArray:

@@ -1,12 +1,15 @@
 """Follow mode: one warm application, one long-running Spark task per worker.
 
-A catch-up run rebuilds every worker from ``knn_state`` — right for a backlog, wrong for one
+A catch-up run rebuilds every worker from the state — right for a backlog, wrong for one
 timestamp at a time: DESIGN §3 fact 6 says touching all state per timestamp is the enemy.
 Here the ``m`` worker tasks of one barrier stage build their worker once and then stay
 alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round. The driver —
 the main server, also kept warm — routes each new timestamp, drops the payload into a spool
 directory, collects the workers' records from it and commits them with the same protocol as
-a catch-up run (:func:`dkmsks.spark.microbatch_job.commit_run`).
+a catch-up run: one journal append per round, under the writer lock (released between
+rounds, so a scheduled catch-up run or a repartition can get in; the session then sees the
+foreign commit and restarts from Delta). When idle it compacts the journal into
+``knn_state`` once the uncompacted tail is large.
 
 The spool is a local directory, so follow mode needs the driver and executors to share a
 filesystem (local mode, or a cluster with the warehouse volume mounted everywhere, as in
@@ -28,23 +31,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
-from dkmsks.spark.bridge import WorkerSession
-from dkmsks.spark.driver_data import read_events_between, read_objects_between, state_frame
+from dkmsks.spark import tables
+from dkmsks.spark.bridge import WorkerSession, records_table
+from dkmsks.spark.driver_data import pending_timestamps, read_events_between, read_objects_between
 from dkmsks.spark.microbatch_job import (
+    COMPACT_FRACTION,
+    COMPACT_MIN_ROWS,
     MicrobatchReport,
-    _state_commit,
+    _to_ipc,
     build_main_server,
-    commit_run,
+    commit,
+    compact,
     current_plan,
+    from_ipc,
+    journal_records,
     last_processed,
-    pending_timestamps,
+    open_lake,
+    quarantine_rejected,
+    record_run_metrics,
     route,
-    run_microbatch,
+    uncompacted_rows,
 )
-from dkmsks.spark.schemas import WORKER_OUTPUT
+from dkmsks.spark.state_io import StateView
+from dkmsks.spark.writer_lock import writer_lock
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -61,22 +75,22 @@ def _output_file(spool: Path, n: int, worker: int) -> Path:
     return spool / f"round-{n:06d}.w{worker:04d}"
 
 
-def follow_worker_loop(items: Any, spool: str, config: dict[str, Any], poll: float) -> Any:
+def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float) -> Any:
     """Body of one long-running worker task (executed on an executor)."""
     from pyspark import BarrierTaskContext
 
     worker_id = BarrierTaskContext.get().partitionId()
     folder = Path(spool)
     try:
-        session = WorkerSession(worker_id, (row for _, row in items), **config)
+        session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
         _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
         while True:
             payload_path = _round_file(folder, n)
             if payload_path.exists():
                 payload = pickle.loads(payload_path.read_bytes())
-                records = list(session.apply(payload))
-                _atomic_write(_output_file(folder, n, worker_id), pickle.dumps(records, protocol=5))
+                records = records_table(list(session.apply(payload)))
+                _atomic_write(_output_file(folder, n, worker_id), _to_ipc(records))
                 n += 1
             elif (folder / "stop").exists():
                 break
@@ -89,7 +103,8 @@ def follow_worker_loop(items: Any, spool: str, config: dict[str, Any], poll: flo
 
 
 class StateChanged(RuntimeError):
-    """Another job changed ``knn_state`` under a follow session; the session must restart."""
+    """Another job committed the journal or ``knn_state`` under a follow session (a catch-up
+    run, a repartition); the session must restart from Delta."""
 
 
 @dataclass
@@ -116,34 +131,36 @@ class FollowSession:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         spark = self.spark
-        # Finish an interrupted catch-up run first: follow mode starts from a clean ledger.
-        last = last_processed(spark)
-        if last is None:
-            raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
-        if int(_state_commit(spark)[1].get("through_t", last)) > last:
-            run_microbatch(spark, run_id=f"{self.run_id}-recovery")
-        self.info = current_plan(spark)
-        assert self.info is not None
-        slots = spark.sparkContext.defaultParallelism
-        if slots < self.info.workers + 1:
-            raise ValueError(
-                f"follow mode keeps one task per worker running and still needs a slot for its own reads "
-                f"and commits: at least m + 1 = {self.info.workers + 1} task slots, but Spark has {slots}; "
-                f"start it with --master local[{self.info.workers + 2}] or more (threads are cheap: idle "
-                "worker tasks only poll)"
-            )
-        self.last = last_processed(spark)
-        self.state_version = _state_commit(spark)[0]
-        self.vocab = Vocabulary()
-        self.server = build_main_server(spark, self.info, self.vocab)
+        tables.ensure_tables(spark)
+        self.lake = lake = open_lake(spark)
+        with writer_lock(spark, f"follow {self.run_id} (start)"):
+            info = current_plan(lake)
+            last = last_processed(lake)
+            if info is None or last is None:
+                raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
+            self.info = info
+            slots = spark.sparkContext.defaultParallelism
+            if slots < info.workers + 1:
+                raise ValueError(
+                    f"follow mode keeps one task per worker running and still needs a slot for its own reads "
+                    f"and commits: at least m + 1 = {info.workers + 1} task slots, but Spark has {slots}; "
+                    f"start it with --master local[{info.workers + 2}] or more (threads are cheap: idle "
+                    "worker tasks only poll)"
+                )
+            self.last = last
+            view = StateView.open(lake, fallback_plan=info.plan_version)
+            self.journal_version, self.state_version = view.journal_version, view.state_version
+            self.tail_rows = uncompacted_rows(view)
+            self.state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
+            self.vocab = Vocabulary()
+            self.server = build_main_server(lake, info, self.vocab, view)
         self.spool.mkdir(parents=True, exist_ok=False)
-        config = {"method": self.info.method, "space": self.info.space.as_tuple(), "grid": self.info.grid}
-        m, spool, poll = self.info.workers, str(self.spool), self.poll
+        config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.grid}
+        m, spool, poll = info.workers, str(self.spool), self.poll
         rdd = (
-            state_frame(spark).rdd.map(lambda r: (int(r["worker"]), r.asDict()))
-            .partitionBy(m, lambda w: int(w))
+            spark.sparkContext.parallelize(range(m), m)
             .barrier()
-            .mapPartitions(lambda items: follow_worker_loop(items, spool, config, poll))
+            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll))
         )
 
         def drive() -> None:
@@ -187,21 +204,27 @@ class FollowSession:
     # ------------------------------------------------------------------ one round
     def step(self, *, until: int | None = None, max_timestamps: int | None = None) -> MicrobatchReport:
         """Process the timestamps pending now (possibly none) with the warm workers."""
-        spark, info = self.spark, self.info
+        with writer_lock(self.spark, f"follow {self.run_id}"):
+            return self._step(until, max_timestamps)
+
+    def _step(self, until: int | None, max_timestamps: int | None) -> MicrobatchReport:
+        spark, info, lake = self.spark, self.info, self.lake
         phases: dict[str, float] = {}
         started = time.perf_counter()
         self._check()
-        if _state_commit(spark)[0] != self.state_version:
-            raise StateChanged("knn_state was committed by another job (a repartition?); restart follow mode")
-        ts = pending_timestamps(spark, self.last, until)
+        if (lake.version(tables.JOURNAL), lake.version(tables.STATE)) != (self.journal_version, self.state_version):
+            raise StateChanged("another job committed the journal or knn_state (a catch-up run or a repartition); "
+                               "restarting follow mode from Delta")
+        ts = pending_timestamps(lake, self.last, until)
         if max_timestamps is not None:
             ts = ts[:max_timestamps]
         report = MicrobatchReport(self.run_id, ts, self.last, phases_ms=phases)
         if not ts:
+            self._compact_if_large(report)
             return report
         to_t = ts[-1]
-        objects = read_objects_between(spark, self.vocab, after=self.last, upto=to_t)
-        events = read_events_between(spark, self.vocab, after=self.last, upto=to_t)
+        objects = read_objects_between(lake, self.vocab, after=self.last, upto=to_t)
+        events = read_events_between(lake, self.vocab, after=self.last, upto=to_t)
         phases["read"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
@@ -211,13 +234,13 @@ class FollowSession:
         started = time.perf_counter()
         n = self._round
         _atomic_write(_round_file(self.spool, n), pickle.dumps(routed.payload, protocol=5))
-        records: list[tuple] = []
+        parts: list[pa.Table] = []
         pending = set(range(info.workers))
         while pending:
             for w in sorted(pending):
                 path = _output_file(self.spool, n, w)
                 if path.exists():
-                    records.extend(pickle.loads(path.read_bytes()))
+                    parts.append(from_ipc(path.read_bytes()))
                     path.unlink()
                     pending.discard(w)
             if pending:
@@ -228,19 +251,32 @@ class FollowSession:
         phases["workers"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
-        out = spark.createDataFrame(records, schema=WORKER_OUTPUT).cache()
-        self.state_version = commit_run(spark, out, info=info, routed=routed, timestamps=ts, from_t=self.last,
-                                        run_id=self.run_id, server=self.server)
-        out.unpersist()
+        records = journal_records(pa.concat_tables(parts), info=info, routed=routed, timestamps=ts, from_t=self.last,
+                                  run_id=self.run_id, server=self.server)
+        quarantine_rejected(spark, routed.rejected, self.run_id)
+        if not commit(lake, records, to_t):
+            raise StateChanged(f"timestamps up to {to_t} were committed by another job; restarting follow mode")
+        self.journal_version = lake.version(tables.JOURNAL)
         phases["commit"] = (time.perf_counter() - started) * 1e3
+        record_run_metrics(lake, self.run_id, "follow", self.last, to_t, phases)
+        self.tail_rows += int(pc.sum(pc.equal(records.column("record"), "final")).as_py() or 0)
         self.last = to_t
-        report.objects = sum(c[0] for c in routed.counts.values())
-        report.insertions = sum(c[1] for c in routed.counts.values())
-        report.deletions = sum(c[2] for c in routed.counts.values())
-        report.rejected = len(routed.rejected)
+        report.add_counts(routed)
         self.stats.rounds += 1
         self.stats.timestamps += len(ts)
         return report
+
+    def _compact_if_large(self, report: MicrobatchReport) -> None:
+        """Idle: merge the journal tail into ``knn_state`` once it is large (no round waits)."""
+        if self.tail_rows < max(COMPACT_MIN_ROWS, COMPACT_FRACTION * self.state_rows):
+            return
+        started = time.perf_counter()
+        version = compact(self.spark, lake=self.lake)
+        if version is not None:
+            self.state_version = version
+            report.compacted = True
+            report.phases_ms["compact"] = (time.perf_counter() - started) * 1e3
+        self.tail_rows = 0
 
 
 def follow_forever(

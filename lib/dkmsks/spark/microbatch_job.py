@@ -2,20 +2,20 @@
 
 The driver is the main server (DESIGN §4): it reads the pending objects and subscription
 events, routes deletions to the workers holding them and assigns insertions with the plan's
-cost model and ``C(w)``. Each worker's state rows go to one Spark task (an RDD partitioned by
-worker id), which rebuilds the core worker and applies the pending timestamps in order
-(DESIGN §3 fact 2: many timestamps in one job equal one job per timestamp).
+cost model and ``C(w)``. One Spark task per worker reads that worker's current state,
+rebuilds the core worker and applies the pending timestamps in order (DESIGN §3 fact 2:
+many timestamps in one job equal one job per timestamp), returning its records as Arrow.
 
-Commit protocol (one run = the timestamps ``(from_t, to_t]``):
+Commit protocol (one run = the timestamps ``(from_t, to_t]``, under the writer lock):
 
-1. ``knn_state`` MERGE, tagged with ``through_t = to_t`` in the commit's user metadata and
-   made idempotent by Delta's ``txnAppId``/``txnVersion`` — this is the commit point;
-2. ``result_changes`` and ``worker_metrics`` blind appends and the ``ledger`` MERGE, each
-   idempotent (``txnVersion = to_t`` / MERGE on ``t``).
+1. one append to the ``journal`` — ledger, change, final and metric records of every
+   timestamp of the run — tagged with ``txnAppId = dkmsks-journal``, ``txnVersion = to_t``:
+   the commit point. All or nothing; a replay of committed timestamps is skipped;
+2. afterwards, and only as maintenance, a *compaction* MERGEs the journal's final records
+   into ``knn_state`` (readers overlay the uncompacted ones, :mod:`dkmsks.spark.state_io`).
 
-If a run dies after step 1, the next run sees ``through_t`` ahead of the ledger, recomputes
-the same timestamps from the state *before* that commit (Delta time travel), skips step 1
-and completes step 2: nothing is lost or applied twice.
+A run that dies before step 1 committed nothing: the next run starts from the same ledger.
+A run that dies after it is complete. Nothing is lost or applied twice.
 """
 
 from __future__ import annotations
@@ -23,21 +23,38 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, Rect, Subscriptions, SubscriptionEvents, Vocabulary
 from dkmsks.core.partition import MainServer, Method, PartitionPlan
+from dkmsks.core.stats import ObjectStatistics
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn, run_worker
-from dkmsks.spark.delta_io import delta_txn, insert
-from dkmsks.spark.driver_data import read_events_between, read_objects_between, read_state_columns, state_frame
-from dkmsks.spark.partition_job import load_oinit
-from dkmsks.spark.schemas import WORKER_OUTPUT
+from dkmsks.spark import driver_data
+from dkmsks.spark.driver_data import read_events_between, read_objects_between
+from dkmsks.spark.lake import Lake, where
 from dkmsks.spark.sql_files import run_sql
+from dkmsks.spark.state_io import StateView
+from dkmsks.spark.writer_lock import writer_lock
+
+JOURNAL_APP = "dkmsks-journal"
+#: Tables a job reads or appends through delta-rs.
+LAKE_TABLES = (tables.OBJECTS, tables.EVENTS, tables.PLANS, tables.SUBSETS, tables.STATE, tables.JOURNAL,
+               tables.RUN_METRICS)
+
+
+def open_lake(spark: SparkSession) -> Lake:
+    return Lake.of(spark, LAKE_TABLES)
+
+
+def _lake(source: SparkSession | Lake) -> Lake:
+    return source if isinstance(source, Lake) else open_lake(source)
 
 
 @dataclass(frozen=True)
@@ -52,85 +69,63 @@ class PlanInfo:
     new_cost: str = "paper"
 
 
-def current_plan(spark: SparkSession) -> PlanInfo | None:
+def current_plan(source: SparkSession | Lake) -> PlanInfo | None:
     """The plan the state belongs to (``knn_state.plan_version``), else the newest plan."""
-    rows = spark.table(tables.STATE).select("plan_version").limit(1).collect()
-    plans = spark.table(tables.PLANS)
-    if rows:
-        plans = plans.where(F.col("plan_version") == rows[0].plan_version)
-    found = plans.orderBy(F.col("plan_version").desc()).limit(1).collect()
-    if not found:
+    lake = _lake(source)
+    plans = lake.read(tables.PLANS)
+    if plans.num_rows == 0:
         return None
-    p = found[0]
-    meta = json.loads(p.meta_json)
-    params = json.loads(p.params)
-    return PlanInfo(int(p.plan_version), p.method, int(p.workers), int(params["t0"]), int(params["grid"]),
+    in_state = lake.read(tables.STATE, columns=["plan_version"]).column("plan_version")
+    versions = np.asarray(plans.column("plan_version").to_numpy(), dtype=np.int64)
+    wanted = int(pc.max(in_state).as_py()) if len(in_state) else int(versions.max())
+    p = plans.filter(pc.equal(plans.column("plan_version"), wanted)).to_pylist()[0]
+    meta = json.loads(p["meta_json"])
+    params = json.loads(p["params"])
+    return PlanInfo(int(p["plan_version"]), p["method"], int(p["workers"]), int(params["t0"]), int(params["grid"]),
                     Rect(*(float(v) for v in meta["space"])), meta, params.get("new_cost", "paper"))
 
 
-def last_processed(spark: SparkSession) -> int | None:
-    row = spark.table(tables.LEDGER).agg(F.max("t").alias("t")).collect()[0]
-    return None if row.t is None else int(row.t)
+def last_processed(source: SparkSession | Lake) -> int | None:
+    """The newest timestamp in the ledger (journal ledger records)."""
+    t = _lake(source).read(tables.JOURNAL, columns=["t"], predicate=where(record__eq="ledger")).column("t")
+    return None if len(t) == 0 else int(pc.max(t).as_py())
 
 
-def pending_timestamps(spark: SparkSession, after: int, until: int | None = None) -> list[int]:
+def pending_timestamps(source: SparkSession | Lake, after: int, until: int | None = None) -> list[int]:
     """Distinct timestamps after ``after`` (and up to ``until``) with objects or events."""
-    ts = (
-        spark.table(tables.OBJECTS).select("t").where(F.col("t") > after)
-        .union(spark.table(tables.EVENTS).select("t").where(F.col("t") > after))
-    )
-    if until is not None:
-        ts = ts.where(F.col("t") <= until)
-    return sorted(int(r.t) for r in ts.distinct().collect())
+    return driver_data.pending_timestamps(_lake(source), after, until)
 
 
-def _state_commit(spark: SparkSession) -> tuple[int, dict]:
-    """Version and user metadata of the latest ``knn_state`` commit."""
-    from delta.tables import DeltaTable
-
-    last = DeltaTable.forName(spark, tables.STATE).history(1).collect()[0]
-    meta = json.loads(last.userMetadata) if last.userMetadata else {}
-    return int(last.version), meta
+def load_oinit(lake: Lake, t0: int, vocab: Vocabulary) -> tuple[Objects, ObjectStatistics]:
+    objects = read_objects_between(lake, vocab, after=None, upto=t0)
+    if len(objects) == 0:
+        raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
+    return objects, ObjectStatistics.build(objects, len(vocab))
 
 
-def write_ledger(
-    spark: SparkSession, ts: list[int], *, plan_version: int, state_version: int, run_from_t: int,
-    counts: dict[int, tuple[int, int, int]], run_id: str, replace: bool = False,
-) -> None:
-    rows = [
-        (int(t), int(plan_version), int(state_version), int(run_from_t), int(counts.get(t, (0, 0, 0))[0]),
-         int(counts.get(t, (0, 0, 0))[1]), int(counts.get(t, (0, 0, 0))[2]), run_id)
-        for t in ts
-    ]
-    df = spark.createDataFrame(rows, schema=spark.table(tables.LEDGER).schema)
-    view = "_dkmsks_ledger_src"
-    df.createOrReplaceTempView(view)
-    try:
-        run_sql(spark, "dml/merge_ledger.sql", target=tables.LEDGER, source=view)
-    finally:
-        spark.catalog.dropTempView(view)
-
-
-def build_main_server(spark: SparkSession, info: PlanInfo, vocab: Vocabulary,
-                      state_version: int | None = None) -> MainServer:
+def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: StateView) -> MainServer:
     """The main server of the current plan with ``C(w)`` of the live subscriptions."""
-    objects, stats = load_oinit(spark, info.t0, vocab)
+    objects, stats = load_oinit(lake, info.t0, vocab)
     # With live costs a new subscription is costed over its actual (infinite) ball: no O_init
     # kNN is needed, so the index is only built for the paper's estimate.
     needs_knn = info.method != Method.KOP.value and info.new_cost == "paper"
     knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn else None
-    state = read_state_columns(spark, state_version)
-    subsets = spark.table(tables.SUBSETS).where(F.col("plan_version") == info.plan_version).drop(
-        "plan_version").toArrow()
+    state = view.read(columns=["sub_id", "worker", "weight", "subset"])
+    subsets = lake.read(tables.SUBSETS, predicate=where(plan_version__eq=info.plan_version)).drop(["plan_version"])
+    subsets = subsets.sort_by("subset")
     subset_cols = {name: subsets.column(name).to_numpy() for name in subsets.column_names}
+    worker = np.asarray(state.column("worker").to_numpy(), dtype=np.int32)
+    weight = np.asarray(state.column("weight").to_numpy(), dtype=np.int64)
     meta = dict(info.meta)
-    meta["load_weight"] = np.bincount(state.worker, weights=state.weight, minlength=info.workers).astype(np.int64).tolist()
+    meta["load_weight"] = np.bincount(worker, weights=weight, minlength=info.workers).astype(np.int64).tolist()
+    order = np.argsort(np.asarray(state.column("sub_id").to_numpy(), dtype=np.int64), kind="stable")
     plan = PartitionPlan.from_tables(
         meta,
-        {"sub_id": state.sub_ids, "worker": state.worker, "weight": state.weight, "subset": state.subset},
+        {"sub_id": np.asarray(state.column("sub_id").to_numpy(), dtype=np.int64)[order], "worker": worker[order],
+         "weight": weight[order], "subset": np.asarray(state.column("subset").to_numpy(), dtype=np.int64)[order]},
         subset_cols,
     )
-    # Subscriptions restored from knn_state count as the plan's: their stored (last refreshed)
+    # Subscriptions restored from the state count as the plan's: their stored (last refreshed)
     # costs stay fixed; those registered from now on are re-estimated as their balls shrink.
     return MainServer(plan, stats, knn_index, new_cost=info.new_cost)
 
@@ -155,6 +150,7 @@ def route(
         rows = np.flatnonzero(events.t == t)
         dels = rows[events.op[rows] == Op.DELETE]
         workers = server.delete(events.ids[dels], missing="ignore") if dels.shape[0] else np.zeros(0, np.int32)
+        n_del = 0
         for r, w in zip(dels.tolist(), workers.tolist(), strict=True):
             if w < 0:
                 rejected.append((t, int(events.ids[r]), f"delete of subscription {int(events.ids[r])}, which is not live at t={t}"))
@@ -162,6 +158,7 @@ def route(
                 del_t.append(t)
                 del_ids.append(int(events.ids[r]))
                 del_w.append(w)
+                n_del += 1
         ins = rows[events.op[rows] == Op.INSERT]
         if ins.shape[0]:
             live, _ = server.lookup_weights(events.ids[ins])
@@ -177,7 +174,7 @@ def route(
             ins_w.extend(workers.tolist())
             ins_weight.extend(weights.tolist())
         n_obj = int(np.count_nonzero(objects.t == t))
-        counts[t] = (n_obj, int(ins.shape[0]), int(sum(1 for x in del_t if x == t)))
+        counts[t] = (n_obj, int(ins.shape[0]), n_del)
 
     ins_idx = np.asarray(ins_rows, dtype=np.int64)
     ins_ev = events.take(ins_idx)
@@ -195,80 +192,109 @@ def route(
     return RoutedBatch(payload, counts, rejected)
 
 
-def run_workers(spark: SparkSession, info: PlanInfo, payload: BatchPayload, state_version: int | None) -> DataFrame:
-    """One Spark task per worker over its state rows; returns the (persisted) output records."""
+def _to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def run_workers(spark: SparkSession, info: PlanInfo, payload: BatchPayload, view: StateView) -> pa.Table:
+    """One Spark task per worker: read its state, apply ``payload``; all records, as Arrow."""
     m = info.workers
     bc = spark.sparkContext.broadcast(payload)
-    state_rdd = state_frame(spark, state_version).rdd.map(lambda r: (int(r["worker"]), r.asDict()))
 
-    def task(index, items):
-        yield from run_worker(index, (row for _, row in items), bc.value)
+    def task(index: int, _: Any) -> Any:
+        yield _to_ipc(run_worker(index, view, bc.value))
 
-    out = state_rdd.partitionBy(m, lambda w: int(w)).mapPartitionsWithIndex(task)
-    df = spark.createDataFrame(out, schema=WORKER_OUTPUT).persist()
-    df.count()
-    return df
+    try:
+        parts = spark.sparkContext.parallelize(range(m), m).mapPartitionsWithIndex(task).collect()
+    finally:
+        bc.destroy()
+    return pa.concat_tables([from_ipc(p) for p in parts])
 
 
-def _refreshed_weights(spark: SparkSession, server: MainServer, finals: DataFrame) -> DataFrame:
-    """Re-estimate the costs of new subscriptions whose ball changed (``new_cost="live"``) on
-    the main server, and carry the new weights into the rows merged into ``knn_state``."""
-    if server.new_cost != "live" or server.method is Method.KOP:
+def refresh_weights(server: MainServer, finals: pa.Table) -> pa.Table:
+    """Re-estimate the costs of new subscriptions whose ball changed (``new_cost="live"``)
+    on the main server, and carry the new weights into their final records."""
+    if server.new_cost != "live" or server.method is Method.KOP or finals.num_rows == 0:
         return finals
-    full = F.size("object_ids") >= F.col("k")
-    balls = finals.where("change = 'upsert'").select(
-        "sub_id", F.when(full, F.element_at("d2", F.col("k"))).otherwise(float("inf")).alias("r2")).toArrow()
-    if balls.num_rows == 0:
+    rows = np.flatnonzero(np.asarray(pc.equal(finals.column("change"), "upsert").to_numpy(zero_copy_only=False)))
+    if rows.shape[0] == 0:
         return finals
-    ids = np.asarray(balls.column("sub_id").to_numpy(), dtype=np.int64)
-    server.refresh(ids, np.asarray(balls.column("r2").to_numpy(), dtype=np.float64))
+    d2 = finals.column("d2").combine_chunks().take(pa.array(rows))
+    k = np.asarray(pc.fill_null(finals.column("k"), 0).to_numpy(), dtype=np.int64)[rows]
+    offsets = np.asarray(d2.offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    flat = np.asarray(d2.flatten().to_numpy(), dtype=np.float64)
+    full = lengths >= k
+    r2 = np.full(rows.shape[0], np.inf)
+    r2[full] = flat[offsets[:-1][full] - offsets[0] + k[full] - 1]
+    ids = np.asarray(finals.column("sub_id").to_numpy(), dtype=np.int64)[rows]
+    server.refresh(ids, r2)
     workers, weights = server.lookup_weights(ids)
-    keep = workers >= 0
-    fresh = spark.createDataFrame(
-        list(zip(ids[keep].tolist(), weights[keep].tolist(), strict=True)), "sub_id long, fresh_weight long")
-    return (finals.join(F.broadcast(fresh), "sub_id", "left")
-            .withColumn("weight", F.coalesce("fresh_weight", "weight")).drop("fresh_weight"))
+    column = finals.column("weight").combine_chunks()
+    weight = np.array(pc.fill_null(column, 0).to_numpy(), dtype=np.int64)
+    weight[rows[workers >= 0]] = weights[workers >= 0]
+    fresh = pa.array(weight, mask=np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+    return finals.set_column(finals.schema.get_field_index("weight"), "weight", fresh)
 
 
-def commit_run(
-    spark: SparkSession, out: DataFrame, *, info: PlanInfo, routed: RoutedBatch, timestamps: list[int],
-    from_t: int, run_id: str, committed_version: int | None = None, server: MainServer | None = None,
-) -> int:
-    """The commit protocol of the module doc for the worker records ``out`` of one run.
+def journal_records(
+    out: pa.Table, *, info: PlanInfo, routed: RoutedBatch, timestamps: list[int], from_t: int, run_id: str,
+    server: MainServer | None,
+) -> pa.Table:
+    """The one journal append of a run: its workers' records plus a ledger record per timestamp."""
+    kind = out.column("record")
+    finals = out.filter(pc.equal(kind, "final"))
+    if server is not None:
+        finals = refresh_weights(server, finals)
+    body = pa.concat_tables([out.filter(pc.equal(kind, "change")), finals, out.filter(pc.equal(kind, "metric"))])
+    body = body.drop(["seq"])
+    ledger = pa.table({
+        "record": pa.array(["ledger"] * len(timestamps)),
+        "t": pa.array(timestamps, type=pa.int64()),
+        "run_from_t": pa.array([from_t] * len(timestamps), type=pa.int64()),
+        "run_through_t": pa.array([timestamps[-1]] * len(timestamps), type=pa.int64()),
+        "objects": pa.array([routed.counts[t][0] for t in timestamps], type=pa.int64()),
+        "insertions": pa.array([routed.counts[t][1] for t in timestamps], type=pa.int64()),
+        "deletions": pa.array([routed.counts[t][2] for t in timestamps], type=pa.int64()),
+    })
+    records = pa.concat_tables([body, ledger], promote_options="default")
+    n = records.num_rows
+    records = records.append_column("plan_version", pa.array(np.full(n, info.plan_version, dtype=np.int64)))
+    return records.append_column("run_id", pa.array([run_id] * n, type=pa.string()))
 
-    ``committed_version`` is given when recovering: the state commit already happened.
-    Returns the ``knn_state`` version that holds the results of ``timestamps``.
-    """
-    to_t = timestamps[-1]
-    if committed_version is None:
-        finals = out.where("record = 'final'").select(
-            "sub_id", "worker", "x", "y", "keywords", "k", "registered_t", "weight", "subset",
-            "object_ids", "d2", "t", "change")
-        if server is not None:
-            finals = _refreshed_weights(spark, server, finals)
-        new_version = _commit_state(spark, finals, info.plan_version, from_t, to_t)
-    else:
-        new_version = committed_version
-    changes = out.where("record = 'change'").select("t", "worker", "sub_id", "change", "object_ids", "d2")
-    insert(spark, changes, tables.CHANGES, app_id="dkmsks-changes", version=to_t)
-    metrics = out.where("record = 'metric'").select(
-        "t", F.lit(info.plan_version).cast("bigint").alias("plan_version"), "worker", "subscriptions",
-        "pairs_tested", "pairs_in_ball", "results_changed", "knn_ms", "insert_ms", "delete_ms",
-        F.lit(run_id).alias("run_id"))
-    insert(spark, metrics, tables.WORKER_METRICS, app_id="dkmsks-metrics", version=to_t)
-    if routed.rejected:
-        rows = [("subscription_events", "microbatch", int(t), reason, str(sid), run_id)
-                for t, sid, reason in routed.rejected]
-        rej = spark.createDataFrame(rows, "target string, source string, line long, reason string, text string, run_id string")
-        view = "_dkmsks_rejected"
-        rej.createOrReplaceTempView(view)
-        try:
-            run_sql(spark, "dml/merge_quarantine.sql", target=tables.QUARANTINE, source=view)
-        finally:
-            spark.catalog.dropTempView(view)
-    write_ledger(spark, timestamps, plan_version=info.plan_version, state_version=new_version, run_from_t=from_t,
-                 counts=routed.counts, run_id=run_id)
-    return new_version
+
+def quarantine_rejected(spark: SparkSession, rejected: list[tuple[int, int, str]], run_id: str) -> None:
+    """Refused subscription events into ``quarantine`` (an idempotent MERGE; before the
+    journal commit, so a crash between the two only repeats a no-op)."""
+    if not rejected:
+        return
+    rows = [("subscription_events", "microbatch", int(t), reason, str(sid), run_id) for t, sid, reason in rejected]
+    rej = spark.createDataFrame(rows, "target string, source string, line long, reason string, text string, run_id string")
+    view = "_dkmsks_rejected"
+    rej.createOrReplaceTempView(view)
+    try:
+        run_sql(spark, "dml/merge_quarantine.sql", target=tables.QUARANTINE, source=view)
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def commit(lake: Lake, records: pa.Table, to_t: int) -> bool:
+    """The commit point of a run; False when these timestamps were committed before (a replay)."""
+    return lake.append(tables.JOURNAL, records, app_id=JOURNAL_APP, version=to_t)
+
+
+def record_run_metrics(lake: Lake, run_id: str, job: str, from_t: int, to_t: int, phases: dict[str, float]) -> None:
+    lake.append(tables.RUN_METRICS, pa.table({
+        "run_id": [run_id] * len(phases), "job": [job] * len(phases), "from_t": [int(from_t)] * len(phases),
+        "to_t": [int(to_t)] * len(phases), "phase": list(phases), "ms": [float(v) for v in phases.values()],
+    }))
 
 
 @dataclass
@@ -280,78 +306,123 @@ class MicrobatchReport:
     insertions: int = 0
     deletions: int = 0
     rejected: int = 0
-    recovered: bool = False
+    replayed: bool = False
+    compacted: bool = False
     phases_ms: dict[str, float] = field(default_factory=dict)
 
+    def add_counts(self, routed: RoutedBatch) -> None:
+        self.objects += sum(c[0] for c in routed.counts.values())
+        self.insertions += sum(c[1] for c in routed.counts.values())
+        self.deletions += sum(c[2] for c in routed.counts.values())
+        self.rejected += len(routed.rejected)
 
-def _commit_state(spark: SparkSession, finals: DataFrame, plan_version: int, from_t: int, to_t: int) -> int:
-    order = Window.partitionBy("sub_id").orderBy(F.col("t").desc(), F.when(F.col("change") == "upsert", 1).otherwise(0).desc())
-    src = (
-        finals.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
-        .withColumn("plan_version", F.lit(plan_version).cast("bigint"))
-    )
-    view = "_dkmsks_state_src"
-    src.createOrReplaceTempView(view)
-    try:
-        with delta_txn(spark, "dkmsks-state", to_t,
-                       {"job": "microbatch", "plan_version": plan_version, "from_t": from_t, "through_t": to_t}):
-            run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=view)
-    finally:
-        spark.catalog.dropTempView(view)
-    return _state_commit(spark)[0]
+
+#: Compact when the journal holds at least this many uncompacted final records...
+COMPACT_MIN_ROWS = 100_000
+#: ...or more than this fraction of the state.
+COMPACT_FRACTION = 0.25
+
+
+def uncompacted_rows(view: StateView) -> int:
+    return view.lake.read(
+        tables.JOURNAL, columns=["sub_id"], version=view.journal_version,
+        predicate=where(record__eq="final", plan_version__eq=view.plan_version, t__gt=view.through_t),
+    ).num_rows
+
+
+def compact(spark: SparkSession, *, force: bool = False, lake: Lake | None = None) -> int | None:
+    """MERGE the journal's uncompacted final records into ``knn_state`` (one commit).
+
+    Without ``force`` only when the tail is large (:data:`COMPACT_MIN_ROWS`,
+    :data:`COMPACT_FRACTION`). Returns the new ``knn_state`` version, or None.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from dkmsks.spark.delta_io import delta_txn
+
+    lake = lake or open_lake(spark)
+    with writer_lock(spark, "compaction"):
+        info = current_plan(lake)
+        if info is None:
+            return None
+        view = StateView.open(lake, fallback_plan=info.plan_version)
+        tail = uncompacted_rows(view)
+        state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
+        if tail == 0 or (not force and tail < max(COMPACT_MIN_ROWS, COMPACT_FRACTION * state_rows)):
+            return None
+        through = last_processed(lake)
+        newest = Window.partitionBy("sub_id").orderBy(F.col("t").desc())
+        src = (
+            spark.read.option("versionAsOf", view.journal_version).table(tables.JOURNAL)
+            .where((F.col("record") == "final") & (F.col("plan_version") == view.plan_version)
+                   & (F.col("t") > view.through_t))
+            .withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n")
+        )
+        temp = "_dkmsks_compaction_src"
+        src.createOrReplaceTempView(temp)
+        try:
+            with delta_txn(spark, "dkmsks-compact", int(through),
+                           {"job": "compact", "plan_version": view.plan_version, "through_t": int(through)}):
+                run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=temp)
+        finally:
+            spark.catalog.dropTempView(temp)
+        return lake.version(tables.STATE)
 
 
 def run_microbatch(
     spark: SparkSession, *, run_id: str, until: int | None = None, max_timestamps: int | None = None,
+    compaction: str = "auto", lock_timeout: float | None = None,
 ) -> MicrobatchReport:
-    """Process every pending timestamp (up to ``until``) exactly once; see the module doc."""
+    """Process every pending timestamp (up to ``until``) exactly once; see the module doc.
+
+    ``compaction``: ``auto`` (when the journal tail is large), ``always`` or ``never``.
+    """
     tables.ensure_tables(spark)
+    lake = open_lake(spark)
     phases: dict[str, float] = {}
-    started = time.perf_counter()
-    info = current_plan(spark)
-    if info is None:
-        raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
-    last = last_processed(spark)
-    assert last is not None, "a plan exists but the ledger is empty"
-    state_version, meta = _state_commit(spark)
-    recovering = int(meta.get("through_t", last)) > last
-    base_version: int | None = None
-    if recovering:
-        # The previous run committed the state but not the rest: redo exactly its timestamps
-        # from the state before that commit, without committing the state again.
-        last, until = int(meta["from_t"]), int(meta["through_t"])
-        base_version = state_version - 1
-    ts = pending_timestamps(spark, last, until)
-    if max_timestamps is not None:
-        ts = ts[:max_timestamps]
-    report = MicrobatchReport(run_id, ts, last, recovered=recovering, phases_ms=phases)
-    if not ts:
-        return report
-    to_t = ts[-1]
+    with writer_lock(spark, f"micro-batch {run_id}", timeout=lock_timeout):
+        started = time.perf_counter()
+        info = current_plan(lake)
+        if info is None:
+            raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
+        last = last_processed(lake)
+        if last is None:
+            raise ValueError("a partition plan exists but the ledger is empty: re-run the partition job "
+                             "(it completes an interrupted first run)")
+        ts = pending_timestamps(lake, last, until)
+        if max_timestamps is not None:
+            ts = ts[:max_timestamps]
+        report = MicrobatchReport(run_id, ts, last, phases_ms=phases)
+        if ts:
+            to_t = ts[-1]
+            view = StateView.open(lake, fallback_plan=info.plan_version)
+            vocab = Vocabulary()
+            server = build_main_server(lake, info, vocab, view)
+            objects = read_objects_between(lake, vocab, after=last, upto=to_t)
+            events = read_events_between(lake, vocab, after=last, upto=to_t)
+            phases["read"] = (time.perf_counter() - started) * 1e3
 
-    vocab = Vocabulary()
-    server = build_main_server(spark, info, vocab, base_version)
-    objects = read_objects_between(spark, vocab, after=last, upto=to_t)
-    events = read_events_between(spark, vocab, after=last, upto=to_t)
-    phases["read"] = (time.perf_counter() - started) * 1e3
+            started = time.perf_counter()
+            routed = route(server, info, ts, objects, events, vocab)
+            phases["assign"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    routed = route(server, info, ts, objects, events, vocab)
-    phases["assign"] = (time.perf_counter() - started) * 1e3
+            started = time.perf_counter()
+            out = run_workers(spark, info, routed.payload, view)
+            phases["workers"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    out = run_workers(spark, info, routed.payload, base_version)
-    phases["workers"] = (time.perf_counter() - started) * 1e3
-
-    started = time.perf_counter()
-    commit_run(spark, out, info=info, routed=routed, timestamps=ts, from_t=last, run_id=run_id,
-               committed_version=state_version if recovering else None, server=server)
-    out.unpersist()
-    phases["commit"] = (time.perf_counter() - started) * 1e3
-    report.objects = sum(c[0] for c in routed.counts.values())
-    report.insertions = sum(c[1] for c in routed.counts.values())
-    report.deletions = sum(c[2] for c in routed.counts.values())
-    report.rejected = len(routed.rejected)
-    run_rows = [(run_id, "microbatch", int(last), int(to_t), phase, float(ms)) for phase, ms in phases.items()]
-    insert(spark, spark.createDataFrame(run_rows, schema=spark.table(tables.RUN_METRICS).schema), tables.RUN_METRICS)
+            started = time.perf_counter()
+            records = journal_records(out, info=info, routed=routed, timestamps=ts, from_t=last, run_id=run_id,
+                                      server=server)
+            quarantine_rejected(spark, routed.rejected, run_id)
+            report.replayed = not commit(lake, records, to_t)
+            phases["commit"] = (time.perf_counter() - started) * 1e3
+            report.add_counts(routed)
+        if compaction != "never":
+            started = time.perf_counter()
+            report.compacted = compact(spark, force=compaction == "always", lake=lake) is not None
+            if report.compacted:
+                phases["compact"] = (time.perf_counter() - started) * 1e3
+        if ts and not report.replayed:
+            record_run_metrics(lake, run_id, "microbatch", last, ts[-1], phases)
     return report

@@ -3,9 +3,11 @@
 ``partition`` runs once O_init is in (paper §3, DESIGN §1): the initial subscriptions get
 their exact kNN within O_init (computed by Spark tasks, each holding a per-keyword KD-tree
 index over a broadcast O_init), the chosen partitioner makes a plan on the driver, and the
-plan and the per-worker state are written to Delta. ``repartition`` makes a new plan from the
-current subscriptions and their *current* balls and rewrites the state in one commit, so the
-switch is atomic and results are unchanged.
+plan and the per-worker state are written to Delta, and the ledger's first record (``T0``)
+goes to the journal last: a run that died before it is completed by running it again
+(every earlier write is idempotent). ``repartition`` makes a new plan from the current
+subscriptions and their *current* balls and rewrites the state in one commit, so the switch
+is atomic and results are unchanged. Both hold the writer lock.
 """
 
 from __future__ import annotations
@@ -17,23 +19,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import KeywordSets, Objects, Subscriptions, Vocabulary, data_space
 from dkmsks.core.oracle import live_subscriptions
 from dkmsks.core.partition import PartitionPlan, partition
-from dkmsks.core.stats import ObjectStatistics
 from dkmsks.spark import tables
-from dkmsks.spark.driver_data import (
-    keyword_list_column,
-    list_column,
-    read_events_between,
-    read_objects_between,
-    read_state_arrays,
-)
 from dkmsks.spark.delta_io import insert, latest_version
+from dkmsks.spark.driver_data import keyword_list_column, list_column, read_events_between
+from dkmsks.spark.microbatch_job import (
+    JOURNAL_APP,
+    current_plan,
+    last_processed,
+    load_oinit,
+    open_lake,
+    record_run_metrics,
+)
 from dkmsks.spark.sql_files import run_sql
+from dkmsks.spark.state_io import StateView, state_arrays
+from dkmsks.spark.writer_lock import writer_lock
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,11 +119,6 @@ def spark_initial_knn(
     return ids, d2
 
 
-def _next_plan_version(spark: SparkSession) -> int:
-    row = spark.table(tables.PLANS).agg(F.max("plan_version").alias("v")).collect()[0]
-    return 0 if row.v is None else int(row.v) + 1
-
-
 def _write_plan(spark: SparkSession, plan: PartitionPlan, version: int, params: PartitionParams,
                 effective_t: int) -> None:
     meta, _, subsets = plan.to_tables()
@@ -176,53 +175,57 @@ def _overwrite_state(spark: SparkSession, table: pa.Table, *, plan_version: int,
     return latest_version(spark, tables.STATE)
 
 
-def load_oinit(spark: SparkSession, t0: int, vocab: Vocabulary) -> tuple[Objects, ObjectStatistics]:
-    objects = read_objects_between(spark, vocab, after=None, upto=t0)
-    if len(objects) == 0:
-        raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
-    return objects, ObjectStatistics.build(objects, len(vocab))
+def partition_done(spark: SparkSession) -> bool:
+    """Whether the initial partitioning completed (its ledger record is in the journal)."""
+    tables.ensure_tables(spark)
+    return last_processed(open_lake(spark)) is not None
 
 
 def run_partition(spark: SparkSession, params: PartitionParams, *, run_id: str) -> PartitionReport:
-    """Initial partitioning (paper §3–§4) after O_init; refuses if a plan already exists."""
+    """Initial partitioning (paper §3–§4) after O_init; refuses once a first run completed."""
     tables.ensure_tables(spark)
-    if spark.table(tables.PLANS).limit(1).count():
-        raise ValueError("a partition plan already exists; use the repartition job to make a new one")
-    phases: dict[str, float] = {}
-    started = time.perf_counter()
-    vocab = Vocabulary()
-    objects, stats = load_oinit(spark, params.t0, vocab)
-    events = read_events_between(spark, vocab, after=None, upto=params.t0)
-    subs = live_subscriptions(events, params.t0, t0=params.t0)
-    subs = Subscriptions(subs.ids, subs.x, subs.y, subs.keywords, subs.k,
-                         np.full(len(subs), params.t0, dtype=np.int64))
-    phases["read_oinit"] = (time.perf_counter() - started) * 1e3
+    lake = open_lake(spark)
+    with writer_lock(spark, f"partition {run_id}"):
+        if last_processed(lake) is not None:
+            raise ValueError("a partition plan already exists; use the repartition job to make a new one")
+        phases: dict[str, float] = {}
+        started = time.perf_counter()
+        vocab = Vocabulary()
+        objects, stats = load_oinit(lake, params.t0, vocab)
+        events = read_events_between(lake, vocab, after=None, upto=params.t0)
+        subs = live_subscriptions(events, params.t0, t0=params.t0)
+        subs = Subscriptions(subs.ids, subs.x, subs.y, subs.keywords, subs.k,
+                             np.full(len(subs), params.t0, dtype=np.int64))
+        phases["read_oinit"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    run_sql(spark, "dml/insert_keyword_stats.sql", table=tables.KEYWORD_STATS, objects=tables.OBJECTS,
-            plan_version=_next_plan_version(spark), t0=params.t0)
-    ids, d2 = spark_initial_knn(spark, objects, len(vocab), subs, partitions=params.knn_partitions)
-    phases["initial_knn"] = (time.perf_counter() - started) * 1e3
+        # An interrupted first run left a plan without its ledger record: redo it under the
+        # same version (deterministic; Delta skips the writes it already committed).
+        existing = current_plan(lake)
+        version = existing.plan_version if existing is not None else 0
+        started = time.perf_counter()
+        run_sql(spark, "dml/insert_keyword_stats.sql", table=tables.KEYWORD_STATS, objects=tables.OBJECTS,
+                plan_version=version, t0=params.t0)
+        ids, d2 = spark_initial_knn(spark, objects, len(vocab), subs, partitions=params.knn_partitions)
+        phases["initial_knn"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    space = data_space(objects, subs)
-    plan = partition(params.method, stats, (ids, d2), subs, space, m=params.workers, theta=params.theta,
-                     gamma1=params.gamma1, gamma2=params.gamma2)
-    phases["partition"] = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        space = data_space(objects, subs)
+        plan = partition(params.method, stats, (ids, d2), subs, space, m=params.workers, theta=params.theta,
+                         gamma1=params.gamma1, gamma2=params.gamma2)
+        phases["partition"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    version = _next_plan_version(spark)
-    _write_plan(spark, plan, version, params, params.t0)
-    arrays = StateArrays(subs.ids, subs.x, subs.y, subs.keywords, subs.k, subs.t, ids, d2)
-    state_version = _overwrite_state(
-        spark, state_table(plan, version, arrays, vocab, np.full(len(subs), params.t0)),
-        plan_version=version, through_t=params.t0,
-    )
-    from dkmsks.spark.microbatch_job import write_ledger
-
-    write_ledger(spark, [params.t0], plan_version=version, state_version=state_version, run_from_t=params.t0,
-                 counts={params.t0: (len(objects), len(subs), 0)}, run_id=run_id)
-    phases["write"] = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        _write_plan(spark, plan, version, params, params.t0)
+        arrays = StateArrays(subs.ids, subs.x, subs.y, subs.keywords, subs.k, subs.t, ids, d2)
+        _overwrite_state(spark, state_table(plan, version, arrays, vocab, np.full(len(subs), params.t0)),
+                         plan_version=version, through_t=params.t0)
+        lake.append(tables.JOURNAL, pa.table({
+            "record": ["ledger"], "t": [params.t0], "plan_version": [version], "run_id": [run_id],
+            "run_from_t": [params.t0], "run_through_t": [params.t0], "objects": [len(objects)],
+            "insertions": [len(subs)], "deletions": [0],
+        }), app_id=JOURNAL_APP, version=params.t0)
+        phases["write"] = (time.perf_counter() - started) * 1e3
+        record_run_metrics(lake, run_id, "partition", params.t0, params.t0, phases)
     return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
                            plan.loads.tolist(), phases)
 
@@ -233,41 +236,42 @@ def run_repartition(spark: SparkSession, params: PartitionParams, *, run_id: str
     Results are carried over unchanged; only assignments, costs and the plan change. The
     data space and O_init statistics stay those of the first plan (DESIGN §1).
     """
-    from dkmsks.spark.microbatch_job import current_plan, last_processed
-
     tables.ensure_tables(spark)
-    phases: dict[str, float] = {}
-    started = time.perf_counter()
-    info = current_plan(spark)
-    if info is None:
-        raise ValueError("no partition plan yet: run the partition job first")
-    t_last = last_processed(spark)
-    vocab = Vocabulary()
-    objects, stats = load_oinit(spark, info.t0, vocab)
-    arrays, _ = read_state_arrays(spark, vocab)
-    phases["read"] = (time.perf_counter() - started) * 1e3
+    lake = open_lake(spark)
+    with writer_lock(spark, f"repartition {run_id}"):
+        phases: dict[str, float] = {}
+        started = time.perf_counter()
+        info = current_plan(lake)
+        if info is None:
+            raise ValueError("no partition plan yet: run the partition job first")
+        t_last = last_processed(lake)
+        vocab = Vocabulary()
+        objects, stats = load_oinit(lake, info.t0, vocab)
+        current = StateView.open(lake, fallback_plan=info.plan_version).read().sort_by("sub_id")
+        arrays = state_arrays(current, vocab)
+        phases["read"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    subs = arrays.subscriptions()
-    plan = partition(params.method, stats, (arrays.ids, arrays.d2), subs, info.space, m=params.workers,
-                     theta=params.theta, gamma1=params.gamma1, gamma2=params.gamma2)
-    phases["partition"] = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        subs = arrays.subscriptions()
+        plan = partition(params.method, stats, (arrays.ids, arrays.d2), subs, info.space, m=params.workers,
+                         theta=params.theta, gamma1=params.gamma1, gamma2=params.gamma2)
+        phases["partition"] = (time.perf_counter() - started) * 1e3
 
-    started = time.perf_counter()
-    version = info.plan_version + 1
-    _write_plan(spark, plan, version, PartitionParams(**{**params.__dict__, "t0": info.t0}), t_last)
-    updated = spark.table(tables.STATE).select("sub_id", "updated_t").orderBy("sub_id").toArrow()
-    state_version = _overwrite_state(
-        spark, state_table(plan, version, arrays, vocab, np.asarray(updated.column("updated_t").to_numpy())),
-        plan_version=version, through_t=t_last,
-    )
-    # The ledger keeps naming the pre-switch state versions: their results are the same.
-    del state_version
-    phases["write"] = (time.perf_counter() - started) * 1e3
-    del objects
+        started = time.perf_counter()
+        version = info.plan_version + 1
+        _write_plan(spark, plan, version, PartitionParams(**{**params.__dict__, "t0": info.t0}), t_last)
+        # One overwrite commit switches plan and state; the journal's records of the old
+        # plan stay (the history), and the overlay ignores them from now on.
+        _overwrite_state(
+            spark, state_table(plan, version, arrays, vocab, np.asarray(current.column("updated_t").to_numpy())),
+            plan_version=version, through_t=t_last,
+        )
+        phases["write"] = (time.perf_counter() - started) * 1e3
+        record_run_metrics(lake, run_id, "repartition", t_last, t_last, phases)
+        del objects
     return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
                            plan.loads.tolist(), phases)
 
 
-__all__ = ["PartitionParams", "PartitionReport", "run_partition", "run_repartition", "spark_initial_knn",
-           "state_table", "load_oinit"]
+__all__ = ["PartitionParams", "PartitionReport", "partition_done", "run_partition", "run_repartition",
+           "spark_initial_knn", "state_table"]

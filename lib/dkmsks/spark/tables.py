@@ -13,14 +13,17 @@ PLANS = "partition_plans"
 SUBSETS = "partition_subsets"
 KEYWORD_STATS = "keyword_stats"
 STATE = "knn_state"
-CHANGES = "result_changes"
-LEDGER = "ledger"
-WORKER_METRICS = "worker_metrics"
+JOURNAL = "journal"
 RUN_METRICS = "run_metrics"
+# Views over the journal and the state (sql/views), in creation order.
+LEDGER = "ledger"
+CHANGES = "result_changes"
+WORKER_METRICS = "worker_metrics"
+CURRENT = "knn_current"
 
-ALL_TABLES = (OBJECTS, EVENTS, QUARANTINE, PLANS, SUBSETS, KEYWORD_STATS, STATE, CHANGES,
-              LEDGER, WORKER_METRICS, RUN_METRICS)
-VIEWS = ("knn_results", "result_stream", "worker_loads", "timestamp_metrics")
+ALL_TABLES = (OBJECTS, EVENTS, QUARANTINE, PLANS, SUBSETS, KEYWORD_STATS, STATE, JOURNAL, RUN_METRICS)
+VIEWS = (LEDGER, CHANGES, WORKER_METRICS, CURRENT, "knn_results", "result_stream", "worker_loads",
+         "timestamp_metrics")
 
 
 def ensure_tables(spark: SparkSession) -> None:

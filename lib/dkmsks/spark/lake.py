@@ -1,0 +1,129 @@
+"""Delta tables read and appended without a Spark job: delta-rs (the ``deltalake`` package).
+
+Why: the per-timestamp work is tiny (DESIGN §3 fact 6), and a Spark job costs ~0.5–2 s of
+scheduling per query or commit on two cores. The main server's reads of pending objects and
+events, a worker task's read of its own ``knn_state`` partition and the journal append that
+commits a run are each a few milliseconds through delta-rs, which reads the same Delta log
+(deletion vectors and shallow clones included, through its DataFusion scan) and appends with
+the same idempotent transaction ids Spark uses (``txnAppId``/``txnVersion``).
+
+Spark keeps the heavy and the set-based work: ingestion MERGEs, the partition job, the
+compaction MERGE into ``knn_state``, views and user SQL. Table locations come from the
+Spark catalog once per job; a :class:`Lake` is plain strings, so it pickles into tasks.
+
+Predicates are built here from typed values only (:func:`where`): integers are rendered by
+``int()``, strings must be one of the callers' constants; no user text reaches the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def where(**conditions: Any) -> str | None:
+    """A DataFusion predicate ``col op value AND ...`` from ``col__op=value`` keywords.
+
+    Operators: ``eq``, ``gt``, ``ge``, ``le``, ``lt``. Values must be ints (rendered with
+    ``int()``) or identifiers-like constants (``[a-z_][a-z0-9_]*``, quoted).
+    """
+    ops = {"eq": "=", "gt": ">", "ge": ">=", "le": "<=", "lt": "<"}
+    parts = []
+    for key, value in conditions.items():
+        if value is None:
+            continue
+        column, _, op = key.rpartition("__")
+        if not _NAME.match(column) or op not in ops:
+            raise ValueError(f"bad condition {key!r}")
+        if isinstance(value, str):
+            if not _NAME.match(value):
+                raise ValueError(f"only constant words may be compared, got {value!r}")
+            rendered = f"'{value}'"
+        else:
+            rendered = str(int(value))
+        parts.append(f"{column} {ops[op]} {rendered}")
+    return " AND ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Locations of the project's tables (one database), resolved from the Spark catalog."""
+
+    uris: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def of(spark: Any, names: Iterable[str]) -> Lake:
+        from delta.tables import DeltaTable
+
+        uris = {}
+        for name in names:
+            uris[name] = str(DeltaTable.forName(spark, name).detail().select("location").first()[0])
+        return Lake(uris)
+
+    def table(self, name: str, version: int | None = None) -> Any:
+        from deltalake import DeltaTable
+
+        if name not in self.uris:
+            raise KeyError(f"table {name} was not resolved for this job")
+        return DeltaTable(self.uris[name], version=version)
+
+    def read(self, name: str, *, columns: list[str] | None = None, predicate: str | None = None,
+             version: int | None = None) -> pa.Table:
+        """Matching rows of ``name`` (at ``version``) as one Arrow table, unordered."""
+        table = self.table(name, version)
+        data = pa.table(table.scan(columns=columns, predicate=predicate).read_all())
+        return data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
+
+    def version(self, name: str) -> int:
+        return int(self.table(name).version())
+
+    def append(self, name: str, data: pa.Table, *, app_id: str | None = None, version: int | None = None,
+               metadata: dict[str, Any] | None = None) -> bool:
+        """Append ``data`` in one commit; with ``app_id``/``version``, skip (return False) a
+        version this application has already committed (Delta's idempotent writes)."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        table = self.table(name)
+        txns = None
+        if app_id is not None and version is not None:
+            done = table.transaction_version(app_id)
+            if done is not None and int(done) >= int(version):
+                return False
+            txns = [Transaction(app_id, int(version))]
+        target = table.schema().to_arrow()
+        data = _conform(data, pa.schema(target))
+        write_deltalake(table, data, mode="append",
+                        commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=txns))
+        return True
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """Arrow's view and large layouts (what delta-rs' engine yields) as the plain ones that
+    every pyarrow kernel (sorting, joins) supports."""
+    if pa.types.is_string_view(kind) or pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_binary_view(kind) or pa.types.is_large_binary(kind):
+        return pa.binary()
+    if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind) or pa.types.is_large_list(kind) \
+            or pa.types.is_list(kind):
+        return pa.list_(_plain(kind.value_type))
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, _plain(f.type), f.nullable) for f in kind])
+    return kind
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with exactly the columns of ``schema`` (missing ones null), cast to its types."""
+    columns = []
+    for f in schema:
+        if f.name in data.column_names:
+            columns.append(data.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(data.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema]))

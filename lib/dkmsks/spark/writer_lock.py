@@ -1,0 +1,98 @@
+"""One writer of the state at a time: an advisory file lock per warehouse database.
+
+Micro-batch runs, follow-mode rounds, compactions and (re)partitioning all read the journal
+and ``knn_state`` and then commit on top of what they read; two of them interleaved could
+process the same timestamps twice. Airflow's ``dkmsks_writers`` pool already serialises the
+DAGs; this lock also covers a user's manual ``spark-submit`` or ``dkm`` next to them. It is
+an ``flock`` on ``<warehouse>/locks/<database>.lock``: the kernel releases it when the
+holder dies (even by ``kill -9``), so a crashed run never blocks the next one.
+
+The lock is re-entrant within a process (a repartition compacts under its own lock). A
+waiter retries until ``timeout`` seconds and then fails with the holder's description.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT = float(os.environ.get("DKMSKS_LOCK_TIMEOUT", "900"))
+
+_held: dict[str, tuple[Any, int]] = {}
+_guard = threading.RLock()
+
+
+class WriterBusy(RuntimeError):
+    """Another job held the writer lock for longer than the caller was willing to wait."""
+
+
+def lock_path(spark: Any) -> Path:
+    warehouse = spark.conf.get("spark.sql.warehouse.dir")
+    root = Path(warehouse.removeprefix("file:")).parent
+    return root / "locks" / f"{spark.catalog.currentDatabase()}.lock"
+
+
+@contextmanager
+def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Iterator[None]:
+    """Hold the writer lock of the session's current database for the block."""
+    path = lock_path(spark)
+    key = str(path)
+    with _guard:
+        if key in _held:
+            handle, depth = _held[key]
+            _held[key] = (handle, depth + 1)
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _guard:
+                handle, depth = _held[key]
+                _held[key] = (handle, depth - 1)
+        return
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held across the block
+    wait = DEFAULT_TIMEOUT if timeout is None else timeout
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                handle.close()
+                raise WriterBusy(
+                    f"{job}: another job is writing this warehouse database (holder: {holder}; lock {path}); "
+                    f"waited {wait:.0f} s — retry later, or raise DKMSKS_LOCK_TIMEOUT"
+                ) from None
+            time.sleep(0.1)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{job} pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+    handle.flush()
+    with _guard:
+        _held[key] = (handle, 1)
+    try:
+        yield
+    finally:
+        with _guard:
+            handle, depth = _held[key]
+            if depth > 1:
+                _held[key] = (handle, depth - 1)
+            else:
+                del _held[key]
+                handle.seek(0)
+                handle.truncate()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
