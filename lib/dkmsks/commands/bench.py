@@ -145,24 +145,25 @@ def run_paper(args: argparse.Namespace) -> int:
         path = dataset_path(ds)
         if not path.exists():
             raise FileNotFoundError(f"real data file {path} is absent (set DKMSKS_DATA_DIR)")
+    from dkmsks.bench.paper_spark import SparkConfig, run_spark_points
+
     store = Store(out)
+    spark_on = args.spark if args.spark is not None else not args.quick
+    scfg = SparkConfig(o_init=args.spark_o_init, subs=args.spark_subscriptions,
+                       T=args.spark_timestamps, ms=args.spark_ms, default_m=cfg.m,
+                       datasets=args.spark_datasets, seed=cfg.seed, k_max=cfg.k_max,
+                       code_root=args.spark_code)
     if not args.report_only:
         Runner(cfg, store, progress=not args.quiet).run()
-        spark_on = args.spark if args.spark is not None else not args.quick
         if spark_on:
-            from dkmsks.bench.paper_spark import SparkConfig, run_spark_points
-
-            scfg = SparkConfig(o_init=args.spark_o_init, subs=args.spark_subscriptions,
-                               T=args.spark_timestamps, ms=args.spark_ms, default_m=cfg.m,
-                               datasets=args.spark_datasets, seed=cfg.seed, k_max=cfg.k_max,
-                               code_root=args.spark_code)
             run_spark_points(scfg, store, out, progress=not args.quiet)
     if not args.no_report:
         from dkmsks.bench.paper_report import write_report
 
         write_report(cfg, store, docs, img, elapsed_s=time.perf_counter() - started,
                      command=" ".join(["dkm", "bench", "paper"] + sys.argv[3:]) if sys.argv[1:3] == ["bench", "paper"]
-                     else "dkm bench paper")
+                     else "dkm bench paper",
+                     spark_points=scfg.points() if spark_on else [])
         print(f"wrote {docs} and plots in {img}")
     print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
