@@ -1,17 +1,21 @@
-"""Follow-mode latency: warm worker tasks process one timestamp per round.
+"""Follow-mode latency and warm catch-up: warm worker tasks process pending timestamps.
 
 Runs against a warehouse that is already partitioned and has pending timestamps (for example
-the one ``bench/bench_pipeline.py`` leaves in /tmp/bench_pipeline/warehouse, extended with
-``dkm publish``). Starts a :class:`~dkmsks.spark.follow.FollowSession` on ``local[m + 2]``,
-processes ``--timestamps`` rounds of one timestamp each and prints the start-up time and the
-median (and min/max) per-phase latency per timestamp.
+the one ``bench/bench_pipeline.py`` leaves under its workdir, which runs this script as a
+subprocess). Starts a :class:`~dkmsks.spark.follow.FollowSession` on ``local[m + 2]`` and:
 
-    .venv/bin/python bench/bench_follow.py --warehouse /tmp/bench_pipeline/warehouse --timestamps 20
+1. ``--timestamps`` rounds of ONE timestamp each: the per-timestamp latency of follow mode
+   (median, min, max; per phase);
+2. with ``--backlog N``, one more round that finds N pending timestamps at once: the warm
+   catch-up throughput (objects/s), e.g. after a publisher outage.
+
+    .venv/bin/python bench/bench_follow.py --warehouse W [--database DB] --timestamps 20 [--backlog 100] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -21,47 +25,74 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--warehouse", type=Path, required=True)
+    p.add_argument("--database", default="default", help="database holding the pipeline's tables")
     p.add_argument("--timestamps", type=int, default=20, help="rounds to time (one timestamp each)")
+    p.add_argument("--backlog", type=int, default=0, help="then one round over this many pending timestamps")
     p.add_argument("--slots", type=int, default=None, help="local[N] task slots (default m + 2)")
+    p.add_argument("--json", type=Path, default=None, help="write the measurements here")
     args = p.parse_args(argv)
 
     from dkmsks.spark.follow import FollowSession
-    from dkmsks.spark.microbatch_job import current_plan, last_processed, pending_timestamps
+    from dkmsks.spark.microbatch_job import current_plan, last_processed, open_lake, pending_timestamps
     from dkmsks.spark.session import build_session
 
     probe = build_session(args.warehouse, app_name="bench-follow-probe")
-    info = current_plan(probe)
-    pending = pending_timestamps(probe, last_processed(probe)) if info else []
+    probe.catalog.setCurrentDatabase(args.database)
+    lake = open_lake(probe)
+    info = current_plan(lake)
+    pending = pending_timestamps(lake, last_processed(lake)) if info else []
     probe.stop()
-    if info is None or len(pending) < args.timestamps:
-        print(f"need a partitioned warehouse with >= {args.timestamps} pending timestamps "
+    need = args.timestamps + args.backlog
+    if info is None or len(pending) < need:
+        print(f"need a partitioned warehouse with >= {need} pending timestamps "
               f"(found {len(pending)}); publish more with `dkm publish`", file=sys.stderr)
         return 2
     slots = args.slots or info.workers + 2
     spark = build_session(args.warehouse, app_name="bench-follow", master=f"local[{slots}]")
+    spark.catalog.setCurrentDatabase(args.database)
+    out: dict = {"plan_version": info.plan_version, "method": info.method, "workers": info.workers,
+                 "master": f"local[{slots}]"}
     try:
         started = time.perf_counter()
         session = FollowSession(spark, spool_root=args.warehouse / "_spool", run_id="bench-follow")
         session.start()
-        startup = time.perf_counter() - started
-        totals, phases = [], {}
+        out["startup_s"] = time.perf_counter() - started
+        rounds = []
         try:
             for _ in range(args.timestamps):
                 t0 = time.perf_counter()
                 report = session.step(max_timestamps=1)
-                totals.append(time.perf_counter() - t0)
-                for k, v in report.phases_ms.items():
-                    phases.setdefault(k, []).append(v / 1e3)
+                rounds.append({"t": report.timestamps[0], "seconds": time.perf_counter() - t0,
+                               "objects": report.objects, "phases_s": {k: v / 1e3 for k, v in report.phases_ms.items()}})
+            if args.backlog:
+                t0 = time.perf_counter()
+                report = session.step(max_timestamps=args.backlog)
+                seconds = time.perf_counter() - t0
+                out["backlog"] = {"timestamps": len(report.timestamps), "objects": report.objects, "seconds": seconds,
+                                  "objects_per_s": report.objects / seconds,
+                                  "phases_s": {k: v / 1e3 for k, v in report.phases_ms.items()}}
         finally:
             session.stop()
     finally:
         spark.stop()
+    totals = [r["seconds"] for r in rounds]
+    phases = sorted({k for r in rounds for k in r["phases_s"]})
+    out["rounds"] = rounds
+    out["median_s"] = statistics.median(totals)
+    out["median_phases_s"] = {k: statistics.median([r["phases_s"].get(k, 0.0) for r in rounds]) for k in phases}
     print(f"plan {info.plan_version} ({info.method}, m={info.workers}), local[{slots}]")
-    print(f"start-up (main server + {info.workers} warm workers built from knn_state): {startup:.1f} s")
-    print(f"per timestamp over {len(totals)} rounds: median {statistics.median(totals):.2f} s "
+    print(f"start-up (main server + {info.workers} warm workers built from the state): {out['startup_s']:.1f} s")
+    print(f"per timestamp over {len(totals)} rounds: median {out['median_s']:.2f} s "
           f"(min {min(totals):.2f}, max {max(totals):.2f})")
-    for k, v in phases.items():
+    for k in phases:
+        v = [r["phases_s"].get(k, 0.0) for r in rounds]
         print(f"  {k:<8} median {statistics.median(v):.3f} s (min {min(v):.3f}, max {max(v):.3f})")
+    if "backlog" in out:
+        b = out["backlog"]
+        print(f"warm catch-up: {b['timestamps']} timestamps, {b['objects']:,} objects in {b['seconds']:.1f} s "
+              f"= {b['objects_per_s']:,.0f} objects/s")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
 
 

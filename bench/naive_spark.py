@@ -16,7 +16,7 @@ Tables (in the current database): ``naive_subs(sub_id, x, y, k, keyword)`` and
 ``subscription_events`` (so both approaches see the same, validated data).
 
 The initial state is either computed the same naive way from ``O_init`` (:func:`naive_initial`,
-feasible for small workloads only) or copied from the pipeline's ``knn_state``
+feasible for small workloads only) or copied from the pipeline's current state (``knn_current``)
 (:func:`seed_from_state`, for timing at paper scale).
 """
 
@@ -54,7 +54,7 @@ def _create_tables(spark: SparkSession) -> None:
     spark.sql(f"CREATE TABLE {RESULTS} (sub_id BIGINT, object_ids ARRAY<BIGINT>, d2 ARRAY<DOUBLE>) USING delta")
 
 
-def seed_from_state(spark: SparkSession, state: str = "knn_state") -> None:
+def seed_from_state(spark: SparkSession, state: str = "knn_current") -> None:
     """Naive tables holding the pipeline's current subscriptions and results (one Delta copy)."""
     _create_tables(spark)
     spark.sql(f"INSERT INTO {SUBS} SELECT sub_id, x, y, k, explode(keywords) FROM {state}")

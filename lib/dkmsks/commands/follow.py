@@ -30,9 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dkmsks.spark.follow import follow_forever
-    from dkmsks.spark.session import build_session
+    from dkmsks.spark.session import build_session, use_database
 
     spark = build_session(args.warehouse, app_name="dkmsks-follow", master=args.master or f"local[{args.slots}]")
+    use_database(spark, args.database)
     try:
         return follow_forever(spark, spool_root=args.warehouse / "_spool", run_id="follow", until=args.until,
                               max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,

@@ -13,6 +13,8 @@ def add_warehouse(p: argparse.ArgumentParser, *, required: bool = True) -> None:
                    default=Path(default) if default else None,
                    help="Delta warehouse and metastore folder (or $DKMSKS_WAREHOUSE)")
     p.add_argument("--master", default=None, help="Spark master (default local[2], or $DKMSKS_SPARK_MASTER)")
+    p.add_argument("--database", default=os.environ.get("DKMSKS_DATABASE"),
+                   help="database of the pipeline's tables (default: $DKMSKS_DATABASE or default)")
 
 
 def add_tuning(p: argparse.ArgumentParser) -> None:
@@ -29,8 +31,10 @@ def add_tuning(p: argparse.ArgumentParser) -> None:
 
 
 def session(args: argparse.Namespace, app: str):
-    from dkmsks.spark.session import build_session
+    from dkmsks.spark.session import build_session, use_database
 
     if args.warehouse is None:
         raise ValueError("give --warehouse DIR (or set DKMSKS_WAREHOUSE)")
-    return build_session(args.warehouse, app_name=app, master=args.master)
+    spark = build_session(args.warehouse, app_name=app, master=args.master)
+    use_database(spark, getattr(args, "database", None))
+    return spark

@@ -18,6 +18,8 @@ def base_parser(description: str) -> argparse.ArgumentParser:
                    help="Delta warehouse and metastore folder (default: $DKMSKS_WAREHOUSE or %(default)s)")
     p.add_argument("--master", default=None,
                    help="Spark master when run without spark-submit (default local[2])")
+    p.add_argument("--database", default=os.environ.get("DKMSKS_DATABASE"),
+                   help="database of the pipeline's tables in the warehouse (default: $DKMSKS_DATABASE or default)")
     p.add_argument("--run-id", default=None, help="identifier recorded with every write (Airflow passes its run_id)")
     return p
 
@@ -29,11 +31,12 @@ def main_with_session(
     app_name: str,
 ) -> int:
     """Parse, build the one session (see :mod:`dkmsks.spark.session`), run, stop."""
-    from dkmsks.spark.session import build_session
+    from dkmsks.spark.session import build_session, use_database
 
     args = parse_args(argv)
     spark = build_session(args.warehouse, app_name=app_name, master=args.master)
     try:
+        use_database(spark, args.database)
         return run(spark, args)
     finally:
         spark.stop()

@@ -21,7 +21,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from dkmsks.core.knn_state import StateArrays
-from dkmsks.core.model import KeywordSets, Objects, Subscriptions, Vocabulary, data_space
+from dkmsks.core.model import Objects, Subscriptions, Vocabulary, data_space
 from dkmsks.core.oracle import live_subscriptions
 from dkmsks.core.partition import PartitionPlan, partition
 from dkmsks.spark import tables
@@ -70,52 +70,56 @@ class PartitionReport:
     phases_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _knn_partition(rows, objects_bc, width):  # executed in Spark tasks
-    """Exact kNN within O_init for a slice of subscriptions (one Spark task)."""
+#: The O_init index of the current broadcast, kept by each (reused) Python worker process so
+#: that its tasks build it once, not once per slice.
+_INDEX_CACHE: dict[int, object] = {}
+
+
+def _knn_slice(index: int, bounds: list[int], objects_bc, key: int, subs_bc, width: int):  # executed in Spark tasks
+    """Exact kNN within O_init of the subscriptions ``bounds[index]:bounds[index + 1]``."""
     from dkmsks.core.knn_init import StaticKnnIndex
 
-    objects, n_keywords = objects_bc.value
-    batch = list(rows)
-    if not batch:
+    lo, hi = bounds[index], bounds[index + 1]
+    if hi <= lo:
         return
-    index = StaticKnnIndex.build(objects, n_keywords, workers=1)
-    order = np.asarray([r[0] for r in batch], dtype=np.int64)
-    subs = Subscriptions(
-        np.asarray([r[1] for r in batch], dtype=np.int64), np.asarray([r[2] for r in batch]),
-        np.asarray([r[3] for r in batch]), KeywordSets.from_lists([r[4] for r in batch]),
-        np.asarray([r[5] for r in batch], dtype=np.int32), np.zeros(len(batch), dtype=np.int64),
-    )
-    ids, d2 = index.query(subs, width=width)
-    for i in range(len(batch)):
-        yield int(order[i]), ids[i].tolist(), d2[i].tolist()
+    if key not in _INDEX_CACHE:
+        _INDEX_CACHE.clear()
+        objects, n_keywords = objects_bc.value
+        _INDEX_CACHE[key] = StaticKnnIndex.build(objects, n_keywords, workers=1)
+    subs = subs_bc.value.take(np.arange(lo, hi))
+    ids, d2 = _INDEX_CACHE[key].query(subs, width=width)
+    yield lo, ids, d2
 
 
 def spark_initial_knn(
     spark: SparkSession, objects: Objects, n_keywords: int, subs: Subscriptions, *, partitions: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """kNN matrices of ``subs`` within ``objects``, computed by ``partitions`` Spark tasks."""
+    """kNN matrices of ``subs`` within ``objects``, computed by Spark tasks over slices.
+
+    O_init and the subscriptions travel as broadcast numpy columns and the matrices come back
+    one slice at a time (``toLocalIterator``), so |S| = 10M needs no Python object per row
+    and no result larger than a slice on the driver.
+    """
     width = max(int(subs.k.max()) if len(subs) else 1, 1)
     n = len(subs)
-    if n == 0:
-        return np.zeros((0, width), np.int64), np.zeros((0, width))
-    rows = [
-        (i, int(subs.ids[i]), float(subs.x[i]), float(subs.y[i]), subs.keywords.row(i).tolist(), int(subs.k[i]))
-        for i in range(n)
-    ]
-    objects_bc = spark.sparkContext.broadcast((objects, n_keywords))
-    try:
-        out = (
-            spark.sparkContext.parallelize(rows, max(1, partitions))
-            .mapPartitions(lambda it: _knn_partition(it, objects_bc, width))
-            .collect()
-        )
-    finally:
-        objects_bc.destroy()
     ids = np.full((n, width), -1, dtype=np.int64)
     d2 = np.full((n, width), np.inf)
-    for i, oid, dd in out:
-        ids[i] = oid
-        d2[i] = dd
+    if n == 0:
+        return ids, d2
+    slices = max(1, partitions, -(-n // 250_000))  # slices of at most 250k subscriptions
+    bounds = np.linspace(0, n, slices + 1).astype(np.int64).tolist()
+    objects_bc = spark.sparkContext.broadcast((objects, n_keywords))
+    subs_bc = spark.sparkContext.broadcast(subs)
+    key = int(objects_bc._jbroadcast.id())  # the broadcast's id, the same in every task
+    try:
+        rdd = spark.sparkContext.parallelize(range(slices), slices).mapPartitionsWithIndex(
+            lambda i, _: _knn_slice(i, bounds, objects_bc, key, subs_bc, width))
+        for lo, part_ids, part_d2 in rdd.toLocalIterator():
+            ids[lo:lo + part_ids.shape[0]] = part_ids
+            d2[lo:lo + part_d2.shape[0]] = part_d2
+    finally:
+        objects_bc.destroy()
+        subs_bc.destroy()
     return ids, d2
 
 
@@ -168,10 +172,27 @@ def state_table(
 
 
 def _overwrite_state(spark: SparkSession, table: pa.Table, *, plan_version: int, through_t: int) -> int:
-    """Replace ``knn_state`` in one commit; returns the new Delta version."""
-    df = spark.createDataFrame(table.to_pandas(), schema=spark.table(tables.STATE).schema)
-    insert(spark, df.repartition("worker"), tables.STATE, overwrite=True, app_id="dkmsks-state-plan",
-           version=plan_version, metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
+    """Replace ``knn_state`` in one commit; returns the new Delta version.
+
+    The rows are staged as Parquet next to the warehouse and read back by Spark, so a state of
+    10M subscriptions streams through the JVM instead of being held there as one local relation.
+    """
+    import shutil
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    from dkmsks.spark.writer_lock import lock_path
+
+    staging = lock_path(spark).parent.parent / "_staging" / f"state-{uuid.uuid4().hex[:12]}"
+    staging.mkdir(parents=True)
+    try:
+        pq.write_table(table, staging / "state.parquet", row_group_size=200_000)
+        df = spark.read.schema(spark.table(tables.STATE).schema).parquet(str(staging))
+        insert(spark, df.repartition("worker"), tables.STATE, overwrite=True, app_id="dkmsks-state-plan",
+               version=plan_version, metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return latest_version(spark, tables.STATE)
 
 

@@ -116,6 +116,18 @@ def build_session(
     return spark
 
 
+def use_database(spark: SparkSession, name: str | None) -> None:
+    """Make ``name`` (created if absent) the session's current database; None keeps ``default``.
+
+    One warehouse can hold several independent pipelines, one per database (tests and
+    benchmarks use this; every table and view name resolves in the current database).
+    """
+    if not name or name == "default":
+        return
+    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:db)", args={"db": name})
+    spark.catalog.setCurrentDatabase(name)
+
+
 def spark_submit_conf_args(warehouse: str | Path, **kwargs: object) -> list[str]:
     """``--conf k=v`` arguments reproducing :func:`session_conf` for spark-submit/spark-sql."""
     conf = session_conf(warehouse, **kwargs)  # type: ignore[arg-type]

@@ -38,10 +38,15 @@ def lock_path(spark: Any) -> Path:
     return root / "locks" / f"{spark.catalog.currentDatabase()}.lock"
 
 
-@contextmanager
-def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Iterator[None]:
+def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Any:
     """Hold the writer lock of the session's current database for the block."""
-    path = lock_path(spark)
+    return file_lock(lock_path(spark), job, timeout=timeout)
+
+
+@contextmanager
+def file_lock(path: Path, job: str, *, timeout: float | None = None) -> Iterator[None]:
+    """Hold an exclusive, re-entrant (per process) ``flock`` on ``path`` for the block;
+    ``job`` describes the holder to whoever has to wait."""
     key = str(path)
     with _guard:
         if key in _held:

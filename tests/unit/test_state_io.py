@@ -1,0 +1,48 @@
+"""The current-state overlay (knn_state snapshot + journal tail) and the typed predicates."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from dkmsks.spark.lake import where
+from dkmsks.spark.state_io import overlay
+
+COLUMNS = ["sub_id", "worker", "object_ids", "updated_t"]
+
+
+def _snapshot():
+    return pa.table({"sub_id": [1, 2, 3], "worker": pa.array([0, 1, 0], pa.int32()),
+                     "object_ids": [[10], [20], [30]], "updated_t": [0, 0, 2]})
+
+
+def test_newest_tail_record_wins_deletes_drop_and_new_subscriptions_appear():
+    tail = pa.table({
+        "sub_id": [2, 2, 3, 4, 5, 5],
+        "t": [3, 5, 4, 5, 4, 6],
+        "change": ["upsert", "upsert", "delete", "upsert", "upsert", "delete"],
+        "worker": pa.array([1, 1, 0, 1, 0, 0], pa.int32()),
+        "object_ids": [[21], [22], None, [40], [50], None],
+    })
+    got = overlay(_snapshot(), tail, COLUMNS).sort_by("sub_id").to_pylist()
+    assert got == [
+        {"sub_id": 1, "worker": 0, "object_ids": [10], "updated_t": 0},
+        {"sub_id": 2, "worker": 1, "object_ids": [22], "updated_t": 5},
+        {"sub_id": 4, "worker": 1, "object_ids": [40], "updated_t": 5},
+    ]
+
+
+def test_an_empty_tail_is_the_snapshot():
+    assert overlay(_snapshot(), pa.table({"sub_id": pa.array([], pa.int64()), "t": pa.array([], pa.int64()),
+                                          "change": pa.array([], pa.string())}), COLUMNS).equals(_snapshot())
+
+
+def test_predicates_render_typed_values_only():
+    assert where(record__eq="final", t__gt=5, worker__eq=None, t__le=9) == "record = 'final' AND t > 5 AND t <= 9"
+    assert where() is None
+    with pytest.raises(ValueError, match="constant words"):
+        where(record__eq="x' OR 1=1 --")
+    with pytest.raises(ValueError, match="bad condition"):
+        where(**{"t; DROP__gt": 1})
+    with pytest.raises(ValueError):
+        where(t__gt="5 OR 1=1")
