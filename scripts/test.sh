@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export SPARK_LOCAL_IP=127.0.0.1
+scripts/install_browser.sh  # Debian's chromium for the browser test; a no-op once installed
 exec .venv/bin/python -m pytest tests -q "$@"

@@ -1,29 +1,27 @@
 """Airflow for real: the DAGs drive ingestion -> partitioning -> micro-batches, exactly.
 
-Starts Airflow 3 with ``scripts/airflow.sh`` (api-server, scheduler, dag-processor on
-127.0.0.1, authentication on) in a fresh ``AIRFLOW_HOME``, talks to its REST API with a
-token, and stops every process by PID at the end.
+Uses the session's Airflow 3 (``airflow`` fixture in ``conftest.py``: ``scripts/airflow.sh``
+starts api-server, scheduler and dag-processor on 127.0.0.1 with authentication on, in a fresh
+``AIRFLOW_HOME``, and stops every process by PID at the end) and talks to its REST API with a
+token.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, real_objects
+from conftest import real_objects
 from dkmsks.core.model import Vocabulary
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from dkmsks.io.formats import read_events, read_objects, read_results, write_events, write_objects, write_results
+
+from .conftest import Api
 
 pytestmark = pytest.mark.e2e
 
@@ -31,66 +29,8 @@ SPEC = WorkloadSpec(o_init=2000, subscriptions=150, timestamps=4, objects_per_ts
                     inserts_per_ts=10, deletes_per_ts=10, k_max=5, seed=9)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Api:
-    def __init__(self, base: str, token: str | None = None) -> None:
-        self.base, self.token = base, token
-
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        req = urllib.request.Request(self.base + path, method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-        req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            return err.code, {}
-
-    def wait_run(self, dag_id: str, run_id: str | None = None, *, run_type: str | None = None,
-                 timeout: float = 600) -> dict:
-        """Wait for a run (by id, or the newest of a type) to finish; fail on anything but success."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _, runs = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after")
-            for run in runs.get("dag_runs", []):
-                if (run_id is None or run["dag_run_id"] == run_id) and run_type in (None, run["run_type"]):
-                    if run["state"] == "success":
-                        return run
-                    if run["state"] == "failed":
-                        raise AssertionError(f"{dag_id} run {run['dag_run_id']} failed")
-            time.sleep(3)
-        raise AssertionError(f"{dag_id} did not finish within {timeout:.0f} s")
-
-
-@pytest.fixture
-def airflow(tmp_path):
-    home = tmp_path / "airflow"
-    port = free_port()
-    env = dict(os.environ, AIRFLOW_HOME=str(home), DKMSKS_AIRFLOW_PORT=str(port),
-               DKMSKS_WAREHOUSE=str(tmp_path / "warehouse"),
-               # the schedules would only add no-op runs during the test
-               AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE="0 0 1 1 *",
-               AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE="0 0 1 1 *")
-    script = str(REPO / "scripts" / "airflow.sh")
-    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=300)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield home, port, tmp_path / "warehouse"
-    finally:
-        subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=300)
-        pids = home / "pids"
-        assert not pids.exists() or not list(pids.iterdir()), "a process was left running"
-
-
 def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tmp_path):
-    home, port, warehouse = airflow
+    warehouse = airflow.warehouse
     source, vocab = real_objects(SPEC.objects_needed)
     objects, events = generate_workload(source, SPEC)
     objects_file, events_file = tmp_path / "objects.tsv.gz", tmp_path / "events.tsv.gz"
@@ -103,19 +43,8 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
     write_objects(first / "objects.tsv.gz", objects.take(keep.nonzero()[0]), vocab)
     write_events(first / "events.tsv.gz", events.take((events.t <= 2).nonzero()[0]), vocab)
 
-    api = Api(f"http://127.0.0.1:{port}")
-    assert api.call("GET", "/api/v2/dags")[0] == 401  # authentication stays on
-    password = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/auth/token", method="POST",
-                                 data=json.dumps({"username": "admin", "password": password}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        api.token = json.loads(r.read())["access_token"]
-
-    deadline = time.monotonic() + 120
-    while api.call("GET", "/api/v2/dags/dkmsks_ingest")[0] != 200:
-        assert time.monotonic() < deadline, "the dag-processor did not register the DAGs"
-        time.sleep(2)
+    assert Api(airflow.url).call("GET", "/api/v2/dags")[0] == 401  # authentication stays on
+    api = airflow.api()
 
     status, run = api.call("POST", "/api/v2/dags/dkmsks_ingest/dagRuns", {
         "logical_date": None,
