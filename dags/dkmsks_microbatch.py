@@ -2,8 +2,8 @@
 ### dkmsks: micro-batch (every pending timestamp, exactly once)
 
 Processes every timestamp that has landed since the last run, with one Spark task per
-worker, and commits results, change log, metrics and ledger with Delta's idempotent writes:
-a retry or a crash cannot lose or double-apply a timestamp. Runs on its schedule (Airflow
+worker, and commits results, change log, metrics and ledger in one idempotent journal
+append: a retry or a crash cannot lose or double-apply a timestamp. Runs on its schedule (Airflow
 Variable `dkmsks_microbatch_schedule`, default every 5 minutes) and whenever a plan is made.
 """
 

@@ -12,9 +12,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sql",
         help="query the kNN results and metrics with Spark SQL",
         description=("Runs one Spark SQL statement in the warehouse's metastore and prints the "
-                     "rows. Tables: objects, subscription_events, knn_state, result_changes, "
-                     "ledger, worker_metrics, quarantine, partition_plans, partition_subsets. "
-                     "Views: knn_results, result_stream, worker_loads, timestamp_metrics."),
+                     "rows. Tables: objects, subscription_events, knn_state (compacted snapshot), journal, "
+                     "quarantine, partition_plans, partition_subsets, keyword_stats, run_metrics. "
+                     "Views: knn_current, knn_results, result_stream, result_changes, ledger, "
+                     "worker_metrics, worker_loads, timestamp_metrics."),
     )
     add_warehouse(p)
     p.add_argument("statement", help="the SQL statement, e.g. \"SELECT * FROM knn_results WHERE sub_id = 7\"")
