@@ -285,12 +285,20 @@ def run(cmd: list[str], warehouse: Path | None = None, *, timeout: float = 900, 
     return rec
 
 
-def run_and_kill(cmd: list[str], warehouse: Path, delay: float, *, timeout: float = 900,
-                 env: dict[str, str] | None = None) -> RunRecord:
-    job = Monitored(cmd, warehouse, env=env)
+def run_and_kill(cmd: list[str], warehouse: Path, delay: float, *, after_commits: int | None = None,
+                 timeout: float = 900, env: dict[str, str] | None = None) -> RunRecord:
+    """Start ``cmd`` and ``kill -9`` its group ``delay`` seconds after the start or, with
+    ``after_commits=k``, ``delay`` seconds after its k-th Delta commit appeared."""
+    job = Monitored(cmd, warehouse, env=env, poll=0.02)
+    started = time.time()
+    if after_commits is not None:
+        while job.proc.poll() is None and len(job.record.commits()) < after_commits:
+            if time.time() - started > timeout:
+                break
+            time.sleep(0.01)
     deadline = time.time() + delay
     while time.time() < deadline and job.proc.poll() is None:
-        time.sleep(min(0.02, max(0.0, deadline - time.time())))
+        time.sleep(min(0.01, max(0.0, deadline - time.time())))
     if job.proc.poll() is None:
         job.kill()
     return job.wait(timeout)

@@ -103,7 +103,7 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
     batch_objects = [
         "\t".join(["900001", landed_obj[1], landed_obj[2], landed_obj[3], "1"]),  # late
         moved,  # an id landed earlier with other values
-        obj_rows[0],  # an exact replay: accepted, changes nothing
+        obj_rows[1],  # an exact replay of another landed row: accepted, changes nothing
         new_obj,  # good
     ]
     batch_events = [

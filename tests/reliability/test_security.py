@@ -228,6 +228,21 @@ def test_airflow_listens_on_loopback_refuses_anonymous_callers_and_logs_no_secre
     status, body = _call(base, "GET", "/")
     assert status in (200, 302, 307) and b"dkmsks_ingest" not in body
 
+    # One real task run, so task logs exist too (a scheduled micro-batch before any plan: a no-op
+    # spark-submit whose log holds the submit command line and the task's environment handling).
+    status, run = _call(base, "POST", "/api/v2/dags/dkmsks_microbatch/dagRuns", token,
+                        {"logical_date": None, "conf": {"warehouse": str(home.parent / "warehouse")}})
+    assert status == 200, run[:300]
+    run_id = json.loads(run)["dag_run_id"]
+    deadline, state = time.monotonic() + 900, None
+    while time.monotonic() < deadline:
+        state = json.loads(_call(base, "GET", f"/api/v2/dags/dkmsks_microbatch/dagRuns/{run_id}", token)[1])["state"]
+        if state in ("success", "failed"):
+            break
+        time.sleep(3)
+    assert state == "success", f"the no-op micro-batch run ended {state}"
+    assert any((home / "logs").rglob("*.log")), "no task log was written"
+
     # No secret in what the start script printed or in any log or generated file but its own.
     own = {"simple_auth_manager_passwords.json.generated", "jwt_secret", "api_secret_key"}
     leaks = [name for name, s in secrets.items() if s in start_output]
