@@ -59,11 +59,22 @@ class Lake:
 
     @staticmethod
     def of(spark: Any, names: Iterable[str]) -> Lake:
+        from pathlib import Path
+
         from delta.tables import DeltaTable
 
+        # Managed tables live at <warehouse dir>/<name> (default database) or
+        # <warehouse dir>/<database>.db/<name>; asking Delta (DESCRIBE DETAIL) costs a Spark
+        # job per table, so the convention is tried first and Delta only as the fallback.
+        root = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+        database = spark.catalog.currentDatabase()
+        folder = root if database == "default" else root / f"{database}.db"
         uris = {}
         for name in names:
-            uris[name] = str(DeltaTable.forName(spark, name).detail().select("location").first()[0])
+            if (folder / name / "_delta_log").is_dir():
+                uris[name] = str(folder / name)
+            else:
+                uris[name] = str(DeltaTable.forName(spark, name).detail().select("location").first()[0])
         return Lake(uris)
 
     def table(self, name: str, version: int | None = None) -> Any:
