@@ -176,13 +176,13 @@ def main(argv: list[str] | None = None) -> int:
                                "--run-id", "backlog"], logs / "microbatch.log", sample=True)
     steps["microbatch"]["summary"] = [ln for ln in (logs / "microbatch.log").read_text().splitlines()
                                       if ln.startswith("processed")]
-    results["metrics"] = metrics(wh, a.timestamps)
     verify = a.verify == "yes" or (a.verify == "auto" and a.subscriptions * a.timestamps <= 5e7)
-    if verify:
+    if verify:  # before metrics(): the embedded metastore admits one JVM, and this process's stays up
         run([dkm, "export", "--warehouse", str(wh), "--out", str(work / "export.jsonl")], logs / "export.log")
         run([dkm, "oracle", "--objects", str(objects), "--events", str(events), "--as-of", str(a.timestamps),
              "--out", str(work / "oracle.jsonl")], logs / "oracle.log")
         results["export_equals_oracle"] = (work / "export.jsonl").read_bytes() == (work / "oracle.jsonl").read_bytes()
+    results["metrics"] = metrics(wh, a.timestamps)
     work.mkdir(parents=True, exist_ok=True)
     (work / "results.json").write_text(json.dumps(results, indent=1))
 

@@ -5,6 +5,7 @@ that tests restore to the same path before they use it (see :mod:`rel_harness`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,16 @@ def oracle_exports(objects: Path, events: Path, ts: range, out: Path) -> dict[in
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory) -> Prepared:
     source = require_real_data()
+    reuse = os.environ.get("DKMSKS_RELIABILITY_PREPARED")
+    if reuse and (Path(reuse) / "prepared.json").exists():
+        # A folder an earlier session prepared (same workload constants): skips ingest + partition.
+        root = Path(reuse)
+        objects, events = root / "workload" / "objects.tsv.gz", root / "workload" / "events.tsv.gz"
+        oracle = {t: root / "oracle" / f"oracle-{t}.jsonl" for t in range(TIMESTAMPS + 1)}
+        assert all(p.exists() for p in oracle.values()), f"{reuse} lacks oracle exports"
+        prep = json.loads((root / "prepared.json").read_text())["prep_seconds"]
+        return Prepared(root / "workload", objects, events, root / "warehouse", root / "snapshot", oracle,
+                        TIMESTAMPS, WORKERS, prep)
     root = tmp_path_factory.mktemp("reliability")
     workload = root / "workload"
     h.run(h.dkm_cmd("generate", "--source", str(source), "--out", str(workload), "--o-init", str(O_INIT),

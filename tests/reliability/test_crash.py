@@ -10,8 +10,9 @@ Design (to fit 20+ kills into minutes, each run pays a ~15 s JVM start):
    phase timeline set the kill window), then an uninterrupted run of the rest; ``dkm export``
    at every timestamp.
 2. Trials on the restored warehouse, one after the other: trial ``i`` runs
-   ``microbatch.py --until u`` (u moves to the next timestamp after two kills or one run
-   that ended before its kill) and is killed at a random instant. Three in five kills
+   ``microbatch.py --until u`` (u moves to the next timestamp once a run made its first
+   commit or ended, or after two kills, so every run has work) and is killed at a random
+   instant. Three in five kills
    come at a wall-clock delay drawn from a stratum of the reference run's duration
    (stratified uniform draws, shuffled); the others 0–0.3 s after the run's k-th Delta commit
    (k drawn over the reference run's commits), so that every commit boundary is hit even
@@ -86,9 +87,12 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
         if rec.killed_at is None:
             # A run that ended before its kill must have ended well (it recovered what came before).
             assert rec.returncode == 0, f"trial {attempts} failed on its own:\n{rec.tail()}"
-        # Two kills per target timestamp (the second usually lands in a recovery), then move on.
-        kills_here = kills_here + 1 if rec.killed_at is not None else 2
-        if kills_here >= 2:
+        # Move to the next timestamp once this one is committed (the run made the reference's
+        # first commit, or ended on its own), or after two kills: every run then has work.
+        committed = rec.killed_at is None or any(c.detail.startswith(ref.commit_tables[0] + "@")
+                                                 for c in rec.commits())
+        kills_here += 1
+        if committed or kills_here >= 2:
             until, kills_here = min(T, until + 1), 0
 
     # 3. Recovery, then the comparison.
