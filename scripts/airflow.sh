@@ -58,14 +58,17 @@ running() { [ -f "$PIDS/$1" ] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }
 start() {
   configure
   mkdir -p "$PIDS" "$LOGS"
+  chmod 700 "$LOGS"  # process logs are the operator's only
   if running api-server || running scheduler || running dag-processor; then
     echo "airflow: already running (scripts/airflow.sh status)"; return 0
   fi
   .venv/bin/airflow db migrate > "$LOGS/db-migrate.log" 2>&1
   .venv/bin/airflow pools set dkmsks_writers 1 "dkmsks: one writer of the Delta tables at a time" \
     > "$LOGS/pools.log" 2>&1
+  # SimpleAuthManager prints the generated admin password at start-up; it stays in its mode-600
+  # file (shown by `status`), not in the log. $! stays the api-server's PID.
   nohup .venv/bin/airflow api-server --host 127.0.0.1 --port "$PORT" --workers 1 \
-    > "$LOGS/api-server.log" 2>&1 &
+    > >(grep --line-buffered -v "Password for user" > "$LOGS/api-server.log") 2>&1 &
   echo $! > "$PIDS/api-server"
   nohup .venv/bin/airflow scheduler --skip-serve-logs > "$LOGS/scheduler.log" 2>&1 &
   echo $! > "$PIDS/scheduler"
