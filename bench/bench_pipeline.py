@@ -141,6 +141,23 @@ class Recorder:
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
 
 
+def stop_jvm(spark) -> None:
+    """Stop the session AND this process's JVM: the embedded Derby metastore stays booted (and
+    locked) in a JVM that outlives ``spark.stop()``, which would lock out the follow-mode
+    subprocess. The next ``build_session`` starts a fresh JVM."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def say(text: str) -> None:
     print(f"[{_dt.datetime.now(_dt.UTC):%H:%M:%S}] {text}", flush=True)
 
@@ -366,7 +383,7 @@ def run(args) -> dict:
                 traceback.print_exc()
 
     finally:
-        spark.stop()
+        stop_jvm(spark)
 
     # Follow mode: warm worker tasks, one timestamp per round, then a backlog in one round.
     lat: list[dict] = []
@@ -391,7 +408,7 @@ def run(args) -> dict:
 
     spark = build_session(workdir / "warehouse", app_name="dkmsks-bench-pipeline", master=args.master)
     try:
-        use_database(spark, "bp_main")
+        spark.catalog.setCurrentDatabase("bp_main")  # (use_database would start it afresh)
         if naive_steps and lat:
             try:
                 import naive_spark
