@@ -150,10 +150,17 @@ def stop_jvm(spark) -> None:
     spark.stop()
     gateway = SparkContext._gateway
     if gateway is not None:
-        gateway.shutdown()
         proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
         if proc is not None:
-            proc.wait(timeout=60)
+            # PySpark's JVM exits when its stdin closes; kill it if it does not.
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except Exception:
+                proc.kill()
+                proc.wait(timeout=60)
     SparkContext._gateway = None
     SparkContext._jvm = None
 
