@@ -68,7 +68,7 @@ start() {
   # SimpleAuthManager prints the generated admin password at start-up; it stays in its mode-600
   # file (shown by `status`), not in the log. $! stays the api-server's PID.
   nohup .venv/bin/airflow api-server --host 127.0.0.1 --port "$PORT" --workers 1 \
-    > >(grep --line-buffered -v "Password for user" > "$LOGS/api-server.log") 2>&1 &
+    > >(grep --line-buffered -v "Password for user" > "$LOGS/api-server.log" 2>&1) 2>&1 &
   echo $! > "$PIDS/api-server"
   nohup .venv/bin/airflow scheduler --skip-serve-logs > "$LOGS/scheduler.log" 2>&1 &
   echo $! > "$PIDS/scheduler"
