@@ -24,7 +24,7 @@ import pyarrow as pa
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabulary
 from dkmsks.core.update import Worker
 
-#: Column order of every output record (see :data:`dkmsks.spark.schemas.WORKER_OUTPUT`).
+#: Column order of every output record (types: :data:`OUTPUT_SCHEMA`).
 OUTPUT_FIELDS = (
     "record", "t", "seq", "worker", "sub_id", "change", "object_ids", "d2",
     "x", "y", "keywords", "k", "registered_t", "weight", "subset",
