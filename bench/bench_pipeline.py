@@ -96,14 +96,9 @@ class PeakMemory:
 
 
 def machine() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from dkmsks.bench.common import cpu_model
+
+    cpu = cpu_model()
     free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=False).stdout
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()

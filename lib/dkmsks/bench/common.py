@@ -67,16 +67,20 @@ def mean(values: Iterable[float]) -> float:
     return float(sum(vals) / len(vals)) if vals else float("nan")
 
 
-def machine() -> dict[str, str]:
-    """Cores, memory, CPU model, Python and numpy versions, the date (UTC)."""
-    cpu = "unknown"
+def cpu_model() -> str:
+    """The CPU model from /proc/cpuinfo ("unknown" where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown"
+
+
+def machine() -> dict[str, str]:
+    """Cores, memory, CPU model, Python and numpy versions, the date (UTC)."""
+    cpu = cpu_model()
     try:
         free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=False).stdout
         mem = next((ln for ln in free.splitlines() if ln.startswith("Mem:")), "")
