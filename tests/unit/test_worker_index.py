@@ -134,7 +134,7 @@ def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
 
 
 def test_grid_finds_objects_outside_the_data_space() -> None:
-    """Clamped lookups (DESIGN §1): a point beyond the space still reaches a border ball."""
+    """A point beyond the space (DESIGN §1) still reaches a ball that covers it."""
     objects = Objects.build(
         ids=[1, 2, 3, 4],
         x=[0.0, 1.0, 1.5, -3.0],
@@ -166,8 +166,11 @@ def test_grid_pyramid_levels() -> None:
     subs = Subscriptions.build(
         [1, 2, 3], [5.5, 5.5, 5.0], [5.5, 5.5, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0]
     )
+    subs = Subscriptions.build(
+        [1, 2, 3], [5.5, 5.0, 5.0], [5.5, 5.0, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0]
+    )
     ids = np.array([[10], [11], [-1]])
-    d2 = np.array([[0.04], [100.0], [np.inf]])  # r = 0.2, r = 10, infinite
+    d2 = np.array([[0.04], [18.49], [np.inf]])  # r = 0.2, r = 4.3, infinite
     rows = state.add(subs, (ids, d2))
     index.add(state, rows)
     index.maintain(state, force=True)
@@ -175,7 +178,7 @@ def test_grid_pyramid_levels() -> None:
     posted = dict(zip(cells, np.diff(index.postings.ptr).tolist()))
     assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
     assert posted.pop(index.wide_cell) == 1  # the infinite ball
-    # r = 10 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
+    # r = 4.3 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
     level2 = 10 * 10 + 5 * 5  # cells of levels 0 and 1 come first
     assert sorted(posted) == [level2 + c for c in range(9)]
     assert set(posted.values()) == {1}
@@ -229,3 +232,44 @@ def test_candidates_are_the_key_join_of_probe_and_entries(method: str, grid: int
         for r in rows[keys == qk].tolist()
     )
     assert got == joined and len(got) > 0
+
+
+def test_grid_keeps_places_outside_the_data_space_apart() -> None:
+    """The lattice continues beyond the space: two far-apart places outside it (a corner
+    region the stream reaches only later, e.g. Alaska) are different cells, so an object at
+    one is not a candidate of a small ball at the other (clamping put both in the corner
+    cell). Found by a 1,000-timestamp run whose work grew 4x (docs/reliability.md)."""
+    from dkmsks.core.knn_state import KnnState
+    from dkmsks.core.model import Subscriptions
+
+    space = Rect(0.0, 0.0, 10.0, 10.0)
+    index = make_index("dkm", space, grid=64)
+    state = KnnState(width=1)
+    subs = Subscriptions.build([1, 2], [30.0, 50.0], [40.0, 20.0], [[0], [0]], [1, 1], [0, 0])
+    rows = state.add(subs, (np.array([[10], [11]]), np.array([[0.01], [0.01]])))
+    index.add(state, rows)
+    index.maintain(state, force=True)
+    near_first = Objects.build(ids=[5], x=[30.05], y=[40.0], keywords=[[0]], t=[1])
+    got = [state.sub_id[r].tolist() for _, r in index.candidates(state, near_first)]
+    assert got == [[1]]
+    # Posted in fine cells (2 keys each at most), not at a coarse level.
+    keys, owners = index.entries(state, rows)
+    assert np.bincount(owners).max() <= 4
+
+
+def test_grid_exact_with_coordinates_far_outside_the_space() -> None:
+    """Coordinates up to 1e15 away (lattice clamped at ±2^40 cells) keep results exact."""
+    rng = np.random.default_rng(5)
+    n = 200
+    t = np.sort(rng.integers(0, 4, n))
+    x = rng.uniform(0, 1, n)
+    y = rng.uniform(0, 1, n)
+    far = t > 0
+    x[far] += rng.choice([0.0, 1e3, -1e9, 1e15], int(far.sum()))
+    y[far] += rng.choice([0.0, 1e6, -1e12], int(far.sum()))
+    objects = Objects.build(rng.permutation(n), x, y, [[int(i % 3)] for i in range(n)], t)
+    rows = [(Op.INSERT, s, float(x[s]), float(y[s]) + 0.5, [s % 3], 1 + s % 4, int(t[s])) for s in range(0, n, 7)]
+    events = events_from_rows(rows)
+    for grid in (4, 64, 16384):
+        worker = initial_worker("dkm", objects, events, grid=grid)
+        drive(worker, objects, events)

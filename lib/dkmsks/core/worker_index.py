@@ -20,9 +20,12 @@ may over-approximate it (DESIGN §3 fact 1), which is what makes every maintenan
   too-large ``R`` (SOP); the grid re-indexes a row only once its radius has halved, SOP
   recomputes its rectangles after each batch.
 
-Points outside the data space are clamped for cell lookups only (DESIGN §1); boundary cells
-therefore extend to infinity, and every radius used for indexing is inflated by a few ulps so
-that float rounding can never push an in-ball object out of an indexed cell.
+Points outside the data space (DESIGN §1) are not clamped into its boundary cells: the grid
+keeps a second, hashed lattice for them (see :class:`GridIndex`), so a region the stream reaches
+only later (e.g. Alaska when ``O_init`` held none of it) is not collapsed into one corner cell
+whose inverted file then holds every subscription there. Every radius used for indexing is
+inflated by a few ulps so that float rounding can never push an in-ball object out of an
+indexed cell.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ DEFAULT_MAX_CELLS = 9
 
 #: A posting key is ``(prefix << 32) | keyword`` (prefix: subset or pyramid cell).
 _KW_BITS = 32
+
+#: Grid lattice coordinates are clamped to ``[-_LATTICE_LIMIT, _LATTICE_LIMIT]`` (far beyond any
+#: real coordinate; keeps ``cell << level`` inside int64).
+_LATTICE_LIMIT = 1 << 40
+#: Coarsest level of the lattice outside the data space (2^41 fine cells per cell).
+_OUTSIDE_TOP = 41
 
 
 def _expand_ranges(lo: Int64Array, hi: Int64Array) -> tuple[Int64Array, Int64Array]:
@@ -510,6 +519,16 @@ class GridIndex(_PostingsIndex):
     ``levels="flat"`` keeps only the finest level and the top cell (the paper's plain grid,
     with balls above ``max_cells`` cells treated as all cells).
 
+    Outside the data space the fine lattice continues (coordinates clamped only at ±2^40) with
+    its own pyramid of levels 0–41, whose cells get hashed ids ``outside_base + hash(level,
+    cx, cy)`` in the id range left up to 2^32 (two outside cells sharing an id only merge
+    postings: extra candidates, never a lost one; DESIGN §3 fact 1). A ball is posted inside
+    the space exactly as if the space were all there is (its part inside, at the finest level
+    where that part spans at most ``max_cells`` cells), and, if it reaches outside, also in the
+    outside cells it overlaps at the finest outside level where its whole range spans at most
+    ``max_cells`` cells. An object inside the space probes the pyramid; an object outside
+    probes the outside lattice; every object probes the top cell (the whole plane).
+
     After a batch, a subscription is re-indexed only when its radius fell below ``shrink``
     times the radius it was indexed with (its old entries become stale).
 
@@ -554,8 +573,10 @@ class GridIndex(_PostingsIndex):
         # whole pyramid (about 4/3 G² cells) must fit in 32 bits.
         sides = np.array([((self.G - 1) >> lv) + 1 for lv in range(self.top + 1)], dtype=np.int64)
         self._offset = np.concatenate([[0], np.cumsum(sides * sides)]).astype(np.int64)
-        if self._offset[-1] >= 1 << _KW_BITS:
+        if self._offset[-1] >= 1 << (_KW_BITS - 1):
             raise ValueError(f"grid {grid} is too fine for 32-bit cell ids; use --grid <= 32768")
+        #: Ids ``[outside_base, 2^32)`` are the hashed cells outside the data space.
+        self.outside_base = int(self._offset[-1])
         self.levels = (
             list(range(self.top + 1)) if levels == "pyramid" else sorted({0, self.top})
         )
@@ -571,7 +592,7 @@ class GridIndex(_PostingsIndex):
     @property
     def wide_cell(self) -> int:
         """Key prefix of the top cell (the whole plane)."""
-        return self._cell_key(self.top, np.int64(0))
+        return int(self._offset[self.top])
 
     def _side(self, level: int) -> int:
         """Cells per axis at ``level``."""
@@ -588,13 +609,35 @@ class GridIndex(_PostingsIndex):
             )
 
     def cell_x(self, x: Float64Array) -> Int64Array:
-        """Fine column of each x (clamped; monotone in x, so ranges and lookups agree)."""
+        """Fine lattice column of each x (``< 0`` or ``>= G`` outside the space; clamped only
+        at ±2^40; monotone in x, so ranges and lookups agree)."""
         c = np.floor((x - self.space.xmin) / self.cw)
-        return np.clip(c, 0, self.G - 1).astype(np.int64)
+        return np.clip(c, -_LATTICE_LIMIT, _LATTICE_LIMIT).astype(np.int64)
 
     def cell_y(self, y: Float64Array) -> Int64Array:
         c = np.floor((y - self.space.ymin) / self.ch)
-        return np.clip(c, 0, self.G - 1).astype(np.int64)
+        return np.clip(c, -_LATTICE_LIMIT, _LATTICE_LIMIT).astype(np.int64)
+
+    def dense_ids(self, level: int | Int64Array, cx: Int64Array, cy: Int64Array) -> Int64Array:
+        """Id of the pyramid cell ``(cx, cy)`` of the data space at ``level`` (coordinates
+        already shifted; the top level's single cell is the whole plane)."""
+        lv = np.asarray(level, dtype=np.int64)
+        side = ((self.G - 1) >> lv) + 1
+        top = lv == self.top
+        return self._offset[lv] + np.where(top, 0, cy * side + cx)  # type: ignore[no-any-return]
+
+    def outside_ids(self, level: int | Int64Array, cx: Int64Array, cy: Int64Array) -> Int64Array:
+        """Id of the outside-lattice cell ``(cx, cy)`` at ``level``: a hash into
+        ``[outside_base, 2^32)`` (deterministic across processes, unlike Python's ``hash``)."""
+        lv = np.broadcast_to(np.asarray(level, dtype=np.int64), np.shape(cx))
+        h = (np.asarray(cx).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (
+            np.asarray(cy).astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+        ) ^ ((lv.astype(np.uint64) + np.uint64(1)) * np.uint64(0x165667B19E3779F9))
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xD6E8FEB86659FD93)
+        h ^= h >> np.uint64(32)
+        span = np.uint64((1 << _KW_BITS) - self.outside_base)
+        return (np.uint64(self.outside_base) + h % span).astype(np.int64)  # type: ignore[no-any-return]
 
     def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
         rows = np.asarray(rows, dtype=np.int64)
@@ -610,45 +653,96 @@ class GridIndex(_PostingsIndex):
         keys, owners, _ = self._entries(state, np.asarray(rows, dtype=np.int64))
         return keys, owners
 
-    def _entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array, Float64Array]:
-        x0, y0, x1, y1, r = ball_boxes(state, rows)
-        finite = np.isfinite(r)
-        cx0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), 0)
-        cx1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), 0)
-        cy0 = np.where(finite, self.cell_y(np.where(finite, y0, 0.0)), 0)
-        cy1 = np.where(finite, self.cell_y(np.where(finite, y1, 0.0)), 0)
-        # Finest allowed level where the ball's cell range has at most max_cells cells.
-        level = np.full(rows.shape[0], self.top, dtype=np.int64)
-        todo = finite.copy()
+    def _level(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
+               todo: npt.NDArray[np.bool_]) -> Int64Array:
+        """Finest level where the cell range spans at most ``max_cells`` cells (top if none)."""
+        level = np.full(cx0.shape[0], self.top, dtype=np.int64)
+        todo = todo.copy()
         for lv in self.levels:
             if lv == self.top or not todo.any():
                 break
-            n_cells = ((cx1 >> lv) - (cx0 >> lv) + 1) * ((cy1 >> lv) - (cy0 >> lv) + 1)
+            # Each side is capped before the product so that lattice-wide ranges cannot overflow.
+            cap = self.max_cells + 1
+            n_cells = np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, cap) * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, cap)
             ok = todo & (n_cells <= self.max_cells)
             level[ok] = lv
             todo &= ~ok
-        lx0, lx1, ly0, ly1 = cx0 >> level, cx1 >> level, cy0 >> level, cy1 >> level
-        nx, ny = lx1 - lx0 + 1, ly1 - ly0 + 1
+        return level
+
+    def _level_outside(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
+                       todo: npt.NDArray[np.bool_]) -> Int64Array:
+        """Finest outside-lattice level where the range spans at most ``max_cells`` cells
+        (always found: at level 41 the whole clamped lattice spans at most 2 x 2 cells)."""
+        level = np.full(cx0.shape[0], _OUTSIDE_TOP, dtype=np.int64)
+        todo = todo.copy()
+        for lv in range(_OUTSIDE_TOP):
+            if not todo.any():
+                break
+            # Each side is capped before the product so that lattice-wide ranges cannot overflow.
+            cap = self.max_cells + 1
+            n_cells = np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, cap) * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, cap)
+            ok = todo & (n_cells <= self.max_cells)
+            level[ok] = lv
+            todo &= ~ok
+        return level
+
+    def _entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array, Float64Array]:
+        """Postings of ``rows``: the part of each ball inside the data space at the finest level
+        where it spans at most ``max_cells`` cells of the space (so a ball hanging over the
+        edge is not pushed to a coarser level), and, for a ball reaching outside the space,
+        the lattice cells outside it at the finest level where the whole ball's cell range
+        spans at most ``max_cells`` cells."""
+        x0, y0, x1, y1, r = ball_boxes(state, rows)
+        finite = np.isfinite(r)
+        zero = np.zeros(rows.shape[0], dtype=np.int64)
+        ux0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), zero)
+        ux1 = np.where(finite, self.cell_x(np.where(finite, x1, 0.0)), zero)
+        uy0 = np.where(finite, self.cell_y(np.where(finite, y0, 0.0)), zero)
+        uy1 = np.where(finite, self.cell_y(np.where(finite, y1, 0.0)), zero)
+        g = self.G - 1
+        cx0, cx1 = np.clip(ux0, 0, g), np.clip(ux1, 0, g)
+        cy0, cy1 = np.clip(uy0, 0, g), np.clip(uy1, 0, g)
+        level_in = self._level(cx0, cx1, cy0, cy1, finite)
+        spill = finite & (level_in < self.top) & ((ux0 < 0) | (ux1 > g) | (uy0 < 0) | (uy1 > g))
+        level_out = self._level_outside(ux0, ux1, uy0, uy1, spill)
+        sp = np.flatnonzero(spill)
+        idx = np.concatenate([np.arange(rows.shape[0], dtype=np.int64), sp])
+        outside = np.concatenate([np.zeros(rows.shape[0], dtype=bool), np.ones(sp.shape[0], dtype=bool)])
+        level = np.concatenate([level_in, level_out[sp]])
+        bx0 = np.concatenate([cx0, ux0[sp]]) >> level
+        bx1 = np.concatenate([cx1, ux1[sp]]) >> level
+        by0 = np.concatenate([cy0, uy0[sp]]) >> level
+        by1 = np.concatenate([cy1, uy1[sp]]) >> level
+        nx, ny = bx1 - bx0 + 1, by1 - by0 + 1
         ncell = nx * ny
-        own = np.repeat(np.arange(rows.shape[0], dtype=np.int64), ncell)
-        off = np.arange(own.shape[0], dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
-        lv = level[own]
-        cx = lx0[own] + off % nx[own]
-        cy = ly0[own] + off // nx[own]
-        side = ((self.G - 1) >> lv) + 1
-        # Distance from the centre to the (slightly enlarged) cell; boundary cells are open
-        # towards the outside because clamped points land in them.
-        lo_x = np.where(cx == 0, -np.inf, self.space.xmin + (cx << lv) * self.cw - self._mx)
-        hi_x = np.where(cx == side - 1, np.inf, self.space.xmin + ((cx + 1) << lv) * self.cw + self._mx)
-        lo_y = np.where(cy == 0, -np.inf, self.space.ymin + (cy << lv) * self.ch - self._my)
-        hi_y = np.where(cy == side - 1, np.inf, self.space.ymin + ((cy + 1) << lv) * self.ch + self._my)
+        part = np.repeat(np.arange(idx.shape[0], dtype=np.int64), ncell)
+        off = np.arange(part.shape[0], dtype=np.int64) - np.repeat(np.cumsum(ncell) - ncell, ncell)
+        own = idx[part]
+        lv = level[part]
+        cx = bx0[part] + off % nx[part]
+        cy = by0[part] + off // nx[part]
+        # The outside part skips cells holding no point outside the space (the inside part
+        # covers those points).
+        out = outside[part]
+        if out.any():
+            fully_inside = (cx >= 0) & (((cx + 1) << lv) <= self.G) & (cy >= 0) & (((cy + 1) << lv) <= self.G)
+            keep = ~(out & fully_inside)
+            own, lv, cx, cy, out = own[keep], lv[keep], cx[keep], cy[keep], out[keep]
+        # Distance from the centre to the (slightly enlarged) cell; the outermost lattice cells
+        # (clamped at ±2^40) and the top cell (the whole plane) are open towards the outside.
+        top = (lv == self.top) & ~out
+        lim = _LATTICE_LIMIT
+        lo_x = np.where(top | ((cx << lv) <= -lim), -np.inf, self.space.xmin + (cx << lv) * self.cw - self._mx)
+        hi_x = np.where(top | (((cx + 1) << lv) > lim), np.inf, self.space.xmin + ((cx + 1) << lv) * self.cw + self._mx)
+        lo_y = np.where(top | ((cy << lv) <= -lim), -np.inf, self.space.ymin + (cy << lv) * self.ch - self._my)
+        hi_y = np.where(top | (((cy + 1) << lv) > lim), np.inf, self.space.ymin + ((cy + 1) << lv) * self.ch + self._my)
         sx, sy = state.x[rows][own], state.y[rows][own]
         ddx = np.maximum(np.maximum(lo_x - sx, 0.0), sx - hi_x)
         ddy = np.maximum(np.maximum(lo_y - sy, 0.0), sy - hi_y)
         rr = r[own]
         keep = ddx * ddx + ddy * ddy <= rr * rr  # always true for an infinite ball
-        own = own[keep]
-        cell = self._cell_key(lv[keep], cy[keep] * side[keep] + cx[keep])
+        own, lv, cx, cy, out = own[keep], lv[keep], cx[keep], cy[keep], out[keep]
+        cell = np.where(out, self.outside_ids(lv, cx, cy), self.dense_ids(np.where(out, 0, lv), cx, cy))
         # (row, cell) x row keywords.
         kws = state.keywords_of(rows)
         kw_owner, kw_pos = _expand_ranges(kws.ptr[own], kws.ptr[own + 1])
@@ -672,11 +766,22 @@ class GridIndex(_PostingsIndex):
         """Each object's cell at every level, under each of its keywords."""
         owner, kw = _object_keyword_pairs(objects)
         cx, cy = self.cell_x(objects.x)[owner], self.cell_y(objects.y)[owner]
-        keys = []
+        inside = (cx >= 0) & (cx < self.G) & (cy >= 0) & (cy < self.G)
+        keys, owners = [], []
+        # Inside the space: the pyramid; every object: the top cell (the whole plane).
         for lv in self.levels:
-            cell = self._cell_key(lv, (cy >> lv) * self._side(lv) + (cx >> lv))
-            keys.append((cell << _KW_BITS) | kw)
-        return np.concatenate(keys), np.tile(owner, len(self.levels))
+            sel = slice(None) if lv == self.top else inside
+            cell = self.dense_ids(lv, cx[sel] >> lv, cy[sel] >> lv)
+            keys.append((cell << _KW_BITS) | kw[sel])
+            owners.append(owner[sel])
+        # Outside it: the outside lattice, every level (such objects are rare).
+        if not inside.all():
+            o = ~inside
+            for lv in range(_OUTSIDE_TOP + 1):
+                cell = self.outside_ids(lv, cx[o] >> lv, cy[o] >> lv)
+                keys.append((cell << _KW_BITS) | kw[o])
+                owners.append(owner[o])
+        return np.concatenate(keys), np.concatenate(owners)
 
 
 def make_index(method: str, space: Rect, *, grid: int = DEFAULT_GRID, **kw: float) -> WorkerIndex:
