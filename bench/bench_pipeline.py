@@ -137,27 +137,10 @@ class Recorder:
 
 
 def stop_jvm(spark) -> None:
-    """Stop the session AND this process's JVM: the embedded Derby metastore stays booted (and
-    locked) in a JVM that outlives ``spark.stop()``, which would lock out the follow-mode
-    subprocess. The next ``build_session`` starts a fresh JVM."""
-    from pyspark import SparkContext
+    """Stop the session and its JVM (frees the embedded metastore for the follow subprocess)."""
+    from dkmsks.spark.session import stop_session_and_jvm
 
-    spark.stop()
-    gateway = SparkContext._gateway
-    if gateway is not None:
-        proc = getattr(gateway, "proc", None)
-        gateway.shutdown()
-        if proc is not None:
-            # PySpark's JVM exits when its stdin closes; kill it if it does not.
-            if proc.stdin is not None:
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=60)
-            except Exception:
-                proc.kill()
-                proc.wait(timeout=60)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+    stop_session_and_jvm(spark)
 
 
 def say(text: str) -> None:

@@ -51,8 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dkmsks.spark.writer_lock import WriterBusy
+
     try:
         return int(args.func(args) or 0)
+    except WriterBusy as err:
+        # Another job holds the warehouse: not a bug, retry later (exit 3 tells scripts so).
+        print(f"dkm {args.command}: busy: {err}", file=sys.stderr)
+        return 3
     except (ValueError, OSError) as err:
         # Domain errors carry fix-it messages; a traceback would bury them.
         from dkmsks.io.formats import InputError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,9 +33,14 @@ def main_with_session(
 ) -> int:
     """Parse, build the one session (see :mod:`dkmsks.spark.session`), run, stop."""
     from dkmsks.spark.session import build_session, use_database
+    from dkmsks.spark.writer_lock import WriterBusy
 
     args = parse_args(argv)
-    spark = build_session(args.warehouse, app_name=app_name, master=args.master)
+    try:
+        spark = build_session(args.warehouse, app_name=app_name, master=args.master)
+    except WriterBusy as err:
+        print(f"{app_name}: busy: {err}", file=sys.stderr)
+        return 3
     try:
         use_database(spark, args.database)
         return run(spark, args)

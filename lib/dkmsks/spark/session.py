@@ -4,6 +4,14 @@ Tests, Spark apps and the CLI all build their session here so that every path ru
 same configuration. Tables live under ``<warehouse>/tables`` and the Hive metastore (embedded
 Derby) under ``<warehouse>/metastore_db``, so Spark SQL — ``dkm sql`` or the ``spark-sql``
 shell started with :func:`spark_sql_shell_args` — sees the tables and views across runs.
+
+Embedded Derby admits one JVM per metastore: a second one fails deep inside Hive after minutes
+of retries (``XSDB6``). So a session on an embedded metastore first takes the warehouse's
+*metastore lock* (an ``flock`` on ``<warehouse>/locks/metastore.lock``, freed by the kernel when
+the process dies) and keeps it while its JVM lives; a second job waits for it with a message
+naming the holder, up to ``DKMSKS_LOCK_TIMEOUT`` seconds. Jobs that must run side by side
+(follow mode next to ``dkm sql``) need an external metastore (docker-compose's PostgreSQL),
+set through ``extra_conf``/``spark-defaults``, which skips the lock.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -109,11 +117,68 @@ def build_session(
         warehouse, master=master, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions, ui=ui
     )
     conf.update(extra_conf or {})
+    if conf["spark.hadoop.javax.jdo.option.ConnectionURL"].startswith("jdbc:derby:"):
+        hold_metastore_lock(warehouse, app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: Metastore locks this process holds: warehouse -> the entered lock context.
+_metastore_locks: dict[str, Any] = {}
+
+
+def metastore_lock_path(warehouse: str | Path) -> Path:
+    return Path(warehouse).resolve() / "locks" / "metastore.lock"
+
+
+def hold_metastore_lock(warehouse: str | Path, job: str, *, timeout: float | None = None) -> None:
+    """Take the embedded metastore's lock for the rest of this process (or until
+    :func:`stop_session_and_jvm`); a no-op when this process already holds it."""
+    from dkmsks.spark.writer_lock import file_lock
+
+    key = str(Path(warehouse).resolve())
+    if key in _metastore_locks:
+        return
+    lock = file_lock(metastore_lock_path(warehouse), f"{job} (embedded metastore)", timeout=timeout,
+                     on_wait=lambda holder: print(
+                         f"{job}: waiting for the embedded metastore of {key}, held by {holder} "
+                         f"(one Spark application per warehouse; up to DKMSKS_LOCK_TIMEOUT s)",
+                         file=sys.stderr, flush=True))
+    lock.__enter__()
+    _metastore_locks[key] = lock
+
+
+def stop_session_and_jvm(spark: SparkSession) -> None:
+    """Stop the session AND this process's JVM, then free the metastore lock.
+
+    ``spark.stop()`` alone leaves PySpark's JVM running with Derby booted (and its files
+    locked), which would lock out a child process using the same warehouse. PySpark's JVM
+    exits when its stdin closes; the next :func:`build_session` starts a fresh one.
+    """
+    from pyspark import SparkContext
+
+    warehouse = spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:")
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except Exception:  # noqa: BLE001 - a JVM that ignores its closed stdin is killed
+                proc.kill()
+                proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    lock = _metastore_locks.pop(str(Path(warehouse).parent.resolve()), None)
+    if lock is not None:
+        lock.__exit__(None, None, None)
 
 
 def use_database(spark: SparkSession, name: str | None) -> None:

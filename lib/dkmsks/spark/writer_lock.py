@@ -17,7 +17,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,11 @@ def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Any:
 
 
 @contextmanager
-def file_lock(path: Path, job: str, *, timeout: float | None = None) -> Iterator[None]:
+def file_lock(path: Path, job: str, *, timeout: float | None = None,
+              on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold an exclusive, re-entrant (per process) ``flock`` on ``path`` for the block;
-    ``job`` describes the holder to whoever has to wait."""
+    ``job`` describes the holder to whoever has to wait; ``on_wait(holder)`` is called once
+    when the lock is busy."""
     key = str(path)
     with _guard:
         if key in _held:
@@ -73,12 +75,16 @@ def file_lock(path: Path, job: str, *, timeout: float | None = None) -> Iterator
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
+            if on_wait is not None:
+                handle.seek(0)
+                on_wait(handle.read().strip() or "unknown")
+                on_wait = None
             if time.monotonic() >= deadline:
                 handle.seek(0)
                 holder = handle.read().strip() or "unknown"
                 handle.close()
                 raise WriterBusy(
-                    f"{job}: another job is writing this warehouse database (holder: {holder}; lock {path}); "
+                    f"{job}: another job holds {path} (holder: {holder}); "
                     f"waited {wait:.0f} s — retry later, or raise DKMSKS_LOCK_TIMEOUT"
                 ) from None
             time.sleep(0.1)
