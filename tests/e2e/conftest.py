@@ -98,7 +98,7 @@ class Airflow:
         return api
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow(tmp_path_factory):
     root = tmp_path_factory.mktemp("airflow")
     home, warehouse, port = root / "home", root / "warehouse", free_port()

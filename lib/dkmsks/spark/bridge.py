@@ -52,25 +52,30 @@ def records_table(records: Sequence[tuple]) -> pa.Table:
 
 @dataclass(frozen=True)
 class KeywordColumn:
-    """Keyword sets as CSR over strings (``words[ptr[i]:ptr[i+1]]``), picklable and compact."""
+    """Keyword sets as CSR over ids of a word list (``words[ids[ptr[i]:ptr[i+1]]]``):
+    picklable and compact; a worker maps the few distinct words to its own vocabulary once
+    instead of looking up every occurrence."""
 
     ptr: np.ndarray
+    ids: np.ndarray
     words: list[str]
 
     @staticmethod
-    def from_lists(rows: Sequence[Sequence[str]]) -> KeywordColumn:
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        return KeywordColumn(ptr, [w for r in rows for w in r])
+    def from_sets(sets: KeywordSets, words: Sequence[str]) -> KeywordColumn:
+        """Keyword id sets of one vocabulary (``words[id]``)."""
+        ptr = np.asarray(sets.ptr, dtype=np.int64)
+        return KeywordColumn(ptr - ptr[0], np.asarray(sets.ids[ptr[0]:ptr[-1]], dtype=np.int32), list(words))
 
     def encode(self, vocab: Vocabulary, rows: np.ndarray | None = None) -> KeywordSets:
-        ids = [vocab.id_of(w) for w in self.words]
-        full = KeywordSets.from_lists([sorted(set(ids[self.ptr[i]:self.ptr[i + 1]])) for i in range(len(self.ptr) - 1)])
+        """The same sets in ``vocab``'s ids, each row sorted (vectorised: a catch-up payload
+        holds 100k objects)."""
+        mapping = np.fromiter((vocab.id_of(w) for w in self.words), dtype=np.int64, count=len(self.words))
+        ids = mapping[self.ids] if self.ids.shape[0] else np.zeros(0, dtype=np.int64)
+        n = self.ptr.shape[0] - 1
+        owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.ptr))
+        order = np.lexsort((ids, owner))  # distinct ids stay distinct: the mapping is injective
+        full = KeywordSets(self.ptr, ids[order].astype(np.int32))
         return full if rows is None else full.take(rows)
-
-    def row(self, i: int) -> list[str]:
-        return self.words[self.ptr[i]:self.ptr[i + 1]]
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,16 @@ def keyword_sets(col: pa.ChunkedArray | pa.Array, vocab: Vocabulary) -> KeywordS
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offsets = np.asarray(arr.offsets, dtype=np.int64)
     offsets = offsets - offsets[0]
-    values = arr.flatten().to_numpy(zero_copy_only=False)
-    if values.shape[0]:
-        uniq, codes = np.unique(values.astype(str), return_inverse=True)
-        mapping = np.fromiter((vocab.id_of(w) for w in uniq.tolist()), dtype=np.int32, count=uniq.shape[0])
-        ids = mapping[codes]
+    values = arr.flatten()
+    if len(values):
+        # Arrow's hash-based dictionary encoding: one Python call per distinct word, not per
+        # word (np.unique over 3M strings took 4 s of a 1M-object read).
+        encoded = pc.dictionary_encode(values)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        words = encoded.dictionary.to_pylist()
+        mapping = np.fromiter((vocab.id_of(w) for w in words), dtype=np.int32, count=len(words))
+        ids = mapping[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
     else:
         ids = np.zeros(0, dtype=np.int32)
     # Sort ids within each row (vocabulary ids need not follow string order).

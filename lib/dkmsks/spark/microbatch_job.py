@@ -181,12 +181,12 @@ def route(
     payload = BatchPayload(
         method=info.method, space=info.space.as_tuple(), timestamps=list(timestamps),
         obj_ids=objects.ids, obj_x=objects.x, obj_y=objects.y, obj_t=objects.t,
-        obj_keywords=KeywordColumn.from_lists([[words[k] for k in objects.keywords.row(i)] for i in range(len(objects))]),
+        obj_keywords=KeywordColumn.from_sets(objects.keywords, words),
         del_t=np.asarray(del_t, dtype=np.int64), del_ids=np.asarray(del_ids, dtype=np.int64),
         del_worker=np.asarray(del_w, dtype=np.int32),
         ins_t=ins_ev.t, ins_ids=ins_ev.ids, ins_worker=np.asarray(ins_w, dtype=np.int32),
         ins_x=ins_ev.x, ins_y=ins_ev.y, ins_k=ins_ev.k, ins_weight=np.asarray(ins_weight, dtype=np.int64),
-        ins_keywords=KeywordColumn.from_lists([[words[k] for k in ins_ev.keywords.row(i)] for i in range(len(ins_ev))]),
+        ins_keywords=KeywordColumn.from_sets(ins_ev.keywords, words),
         grid=info.grid,
     )
     return RoutedBatch(payload, counts, rejected)

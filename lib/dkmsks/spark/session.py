@@ -126,7 +126,7 @@ def build_session(
     return spark
 
 
-#: Metastore locks this process holds: warehouse -> the entered lock context.
+#: Metastore locks this process holds: warehouse -> the open handle holding the flock.
 _metastore_locks: dict[str, Any] = {}
 
 
@@ -137,18 +137,17 @@ def metastore_lock_path(warehouse: str | Path) -> Path:
 def hold_metastore_lock(warehouse: str | Path, job: str, *, timeout: float | None = None) -> None:
     """Take the embedded metastore's lock for the rest of this process (or until
     :func:`stop_session_and_jvm`); a no-op when this process already holds it."""
-    from dkmsks.spark.writer_lock import file_lock
+    from dkmsks.spark.writer_lock import acquire
 
     key = str(Path(warehouse).resolve())
     if key in _metastore_locks:
         return
-    lock = file_lock(metastore_lock_path(warehouse), f"{job} (embedded metastore)", timeout=timeout,
-                     on_wait=lambda holder: print(
-                         f"{job}: waiting for the embedded metastore of {key}, held by {holder} "
-                         f"(one Spark application per warehouse; up to DKMSKS_LOCK_TIMEOUT s)",
-                         file=sys.stderr, flush=True))
-    lock.__enter__()
-    _metastore_locks[key] = lock
+    _metastore_locks[key] = acquire(
+        metastore_lock_path(warehouse), f"{job} (embedded metastore)", timeout=timeout,
+        on_wait=lambda holder: print(
+            f"{job}: waiting for the embedded metastore of {key}, held by {holder} "
+            f"(one Spark application per warehouse; up to DKMSKS_LOCK_TIMEOUT s)",
+            file=sys.stderr, flush=True))
 
 
 def stop_session_and_jvm(spark: SparkSession) -> None:
@@ -176,9 +175,11 @@ def stop_session_and_jvm(spark: SparkSession) -> None:
                 proc.wait(timeout=60)
     SparkContext._gateway = None
     SparkContext._jvm = None
-    lock = _metastore_locks.pop(str(Path(warehouse).parent.resolve()), None)
-    if lock is not None:
-        lock.__exit__(None, None, None)
+    handle = _metastore_locks.pop(str(Path(warehouse).parent.resolve()), None)
+    if handle is not None:
+        from dkmsks.spark.writer_lock import release
+
+        release(handle)
 
 
 def use_database(spark: SparkSession, name: str | None) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 DEFAULT_TIMEOUT = float(os.environ.get("DKMSKS_LOCK_TIMEOUT", "900"))
 
@@ -66,8 +66,27 @@ def file_lock(path: Path, job: str, *, timeout: float | None = None,
                 _held[key] = (handle, depth - 1)
         return
 
+    handle = acquire(path, job, timeout=timeout, on_wait=on_wait)
+    with _guard:
+        _held[key] = (handle, 1)
+    try:
+        yield
+    finally:
+        with _guard:
+            handle, depth = _held[key]
+            if depth > 1:
+                _held[key] = (handle, depth - 1)
+            else:
+                del _held[key]
+                release(handle)
+
+
+def acquire(path: Path, job: str, *, timeout: float | None = None,
+            on_wait: Callable[[str], None] | None = None) -> IO[str]:
+    """Take the ``flock`` on ``path`` (not re-entrant; see :func:`file_lock`); returns the
+    open handle that holds it, to give to :func:`release`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held across the block
+    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
     wait = DEFAULT_TIMEOUT if timeout is None else timeout
     deadline = time.monotonic() + wait
     while True:
@@ -92,18 +111,14 @@ def file_lock(path: Path, job: str, *, timeout: float | None = None,
     handle.truncate()
     handle.write(f"{job} pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
     handle.flush()
-    with _guard:
-        _held[key] = (handle, 1)
-    try:
-        yield
-    finally:
-        with _guard:
-            handle, depth = _held[key]
-            if depth > 1:
-                _held[key] = (handle, depth - 1)
-            else:
-                del _held[key]
-                handle.seek(0)
-                handle.truncate()
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
+    return handle
+
+
+def release(handle: IO[str]) -> None:
+    """Free a lock taken by :func:`acquire` (a no-op on an already closed handle)."""
+    if handle.closed:
+        return
+    handle.seek(0)
+    handle.truncate()
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
