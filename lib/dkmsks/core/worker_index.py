@@ -93,6 +93,16 @@ def ball_boxes(
     return x - r, y - r, x + r, y + r, r
 
 
+#: Bits of the key filter's slot index (4 MiB of bools per index).
+_FILTER_BITS = 22
+
+
+def _filter_slot(keys: Int64Array) -> Int64Array:
+    """Filter slot of each key: the top bits of a multiplicative hash (uint64 arithmetic)."""
+    h = keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return (h >> np.uint64(64 - _FILTER_BITS)).astype(np.int64)
+
+
 class Postings:
     """A multimap ``int64 key → (row, epoch)``: a sorted CSR part plus an unsorted delta.
 
@@ -112,6 +122,10 @@ class Postings:
         self._delta: tuple[Int64Array, Int64Array, npt.NDArray[np.int32]] | None = None
         self.n_delta = 0
         self.n_stale = 0
+        # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
+        # probe keys (an object's fine cells under its keywords) have no posting, and dropping
+        # them before the sort and the binary searches halves a worker's update time.
+        self._present = np.zeros(1 << _FILTER_BITS, dtype=np.bool_)
 
     @property
     def n_main(self) -> int:
@@ -123,6 +137,7 @@ class Postings:
     def insert(self, keys: Int64Array, rows: Int64Array, epochs: npt.NDArray[np.int32]) -> None:
         if keys.shape[0] == 0:
             return
+        self._present[_filter_slot(keys)] = True
         self._dk.append(keys.astype(np.int64, copy=False))
         self._dr.append(rows.astype(np.int64, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
@@ -165,6 +180,8 @@ class Postings:
         self._dk, self._dr, self._de, self._delta = [], [], [], None
         self.n_delta = 0
         self.n_stale = 0
+        self._present[:] = False
+        self._present[_filter_slot(self.keys)] = True
 
     def pairs(
         self,
@@ -178,6 +195,10 @@ class Postings:
         ``qowner[i]`` is the object index that asked for ``qkeys[i]``; a chunk holds at most
         ``budget`` raw entries unless one query key alone has more.
         """
+        if qkeys.shape[0] == 0:
+            return
+        hit = self._present[_filter_slot(qkeys)]
+        qkeys, qowner = qkeys[hit], qowner[hit]
         if qkeys.shape[0] == 0:
             return
         # Sorted needles make searchsorted several times faster (each search starts from the

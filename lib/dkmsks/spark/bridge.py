@@ -109,8 +109,16 @@ class BatchPayload:
     index_options: dict[str, float] = field(default_factory=dict)
 
 
+_FIELD_INDEX = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
+_EMPTY_RECORD = [None] * len(OUTPUT_FIELDS)
+
+
 def _record(**values: Any) -> tuple:
-    return tuple(values.get(f) for f in OUTPUT_FIELDS)
+    # Tens of thousands per worker and batch: set the given fields only.
+    rec = _EMPTY_RECORD.copy()
+    for name, value in values.items():
+        rec[_FIELD_INDEX[name]] = value
+    return tuple(rec)
 
 
 def _result_lists(ids_row: np.ndarray, d2_row: np.ndarray, k: int) -> tuple[list[int], list[float]]:
