@@ -46,6 +46,11 @@ configure() {
   export AIRFLOW__API_AUTH__JWT_SECRET=$(secret jwt_secret)
   export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-10}
   export AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL=10
+  # SQLite metadata DB: wait up to 60 s for its write lock instead of failing after 5 s.
+  if [[ "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite}" == sqlite* ]]; then
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS=dkmsks.airflow_db.SQLITE_CONNECT_ARGS
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC=dkmsks.airflow_db.SQLITE_CONNECT_ARGS_ASYNC
+  fi
   export AIRFLOW_CONN_DKMSKS_SPARK="{\"conn_type\": \"spark\", \"host\": \"${DKMSKS_SPARK_MASTER:-local[2]}\"}"
   export DKMSKS_WAREHOUSE=${DKMSKS_WAREHOUSE:-$REPO/.cache/warehouse}
   export DKMSKS_HOME=$REPO
