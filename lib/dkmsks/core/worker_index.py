@@ -30,7 +30,7 @@ indexed cell.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -674,33 +674,17 @@ class GridIndex(_PostingsIndex):
         keys, owners, _ = self._entries(state, np.asarray(rows, dtype=np.int64))
         return keys, owners
 
-    def _level(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
-               todo: npt.NDArray[np.bool_]) -> Int64Array:
-        """Finest level where the cell range spans at most ``max_cells`` cells (top if none)."""
-        level = np.full(cx0.shape[0], self.top, dtype=np.int64)
+    def _finest_level(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
+                      todo: npt.NDArray[np.bool_], levels: Iterable[int], fallback: int) -> Int64Array:
+        """First of ``levels`` where the cell range spans at most ``max_cells`` cells
+        (``fallback`` where none does)."""
+        level = np.full(cx0.shape[0], fallback, dtype=np.int64)
         todo = todo.copy()
-        for lv in self.levels:
-            if lv == self.top or not todo.any():
-                break
-            # Each side is capped before the product so that lattice-wide ranges cannot overflow.
-            cap = self.max_cells + 1
-            n_cells = np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, cap) * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, cap)
-            ok = todo & (n_cells <= self.max_cells)
-            level[ok] = lv
-            todo &= ~ok
-        return level
-
-    def _level_outside(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
-                       todo: npt.NDArray[np.bool_]) -> Int64Array:
-        """Finest outside-lattice level where the range spans at most ``max_cells`` cells
-        (always found: at level 41 the whole clamped lattice spans at most 2 x 2 cells)."""
-        level = np.full(cx0.shape[0], _OUTSIDE_TOP, dtype=np.int64)
-        todo = todo.copy()
-        for lv in range(_OUTSIDE_TOP):
+        cap = self.max_cells + 1
+        for lv in levels:
             if not todo.any():
                 break
             # Each side is capped before the product so that lattice-wide ranges cannot overflow.
-            cap = self.max_cells + 1
             n_cells = np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, cap) * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, cap)
             ok = todo & (n_cells <= self.max_cells)
             level[ok] = lv
@@ -723,9 +707,11 @@ class GridIndex(_PostingsIndex):
         g = self.G - 1
         cx0, cx1 = np.clip(ux0, 0, g), np.clip(ux1, 0, g)
         cy0, cy1 = np.clip(uy0, 0, g), np.clip(uy1, 0, g)
-        level_in = self._level(cx0, cx1, cy0, cy1, finite)
+        level_in = self._finest_level(cx0, cx1, cy0, cy1, finite, [lv for lv in self.levels if lv != self.top], self.top)
         spill = finite & (level_in < self.top) & ((ux0 < 0) | (ux1 > g) | (uy0 < 0) | (uy1 > g))
-        level_out = self._level_outside(ux0, ux1, uy0, uy1, spill)
+        # Outside levels run up to 2^41 fine cells per cell, where the whole clamped lattice
+        # spans at most 2 x 2 cells: a level is always found.
+        level_out = self._finest_level(ux0, ux1, uy0, uy1, spill, range(_OUTSIDE_TOP), _OUTSIDE_TOP)
         sp = np.flatnonzero(spill)
         idx = np.concatenate([np.arange(rows.shape[0], dtype=np.int64), sp])
         outside = np.concatenate([np.zeros(rows.shape[0], dtype=bool), np.ones(sp.shape[0], dtype=bool)])
