@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,7 +130,7 @@ def build_session(
 
 
 #: Metastore locks this process holds: warehouse -> the open handle holding the flock.
-_metastore_locks: dict[str, Any] = {}
+_metastore_locks: dict[str, IO[str]] = {}
 
 
 def metastore_lock_path(warehouse: str | Path) -> Path:
