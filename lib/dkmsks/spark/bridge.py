@@ -62,9 +62,11 @@ class KeywordColumn:
 
     @staticmethod
     def from_sets(sets: KeywordSets, words: Sequence[str]) -> KeywordColumn:
-        """Keyword id sets of one vocabulary (``words[id]``)."""
+        """Keyword id sets of one vocabulary (``words[id]``); only the words used travel (a
+        worker maps each of them once per batch, and a vocabulary can hold 100k+ words)."""
         ptr = np.asarray(sets.ptr, dtype=np.int64)
-        return KeywordColumn(ptr - ptr[0], np.asarray(sets.ids[ptr[0]:ptr[-1]], dtype=np.int32), list(words))
+        used, local = np.unique(np.asarray(sets.ids[ptr[0]:ptr[-1]]), return_inverse=True)
+        return KeywordColumn(ptr - ptr[0], local.astype(np.int32), [words[k] for k in used.tolist()])
 
     def encode(self, vocab: Vocabulary, rows: np.ndarray | None = None) -> KeywordSets:
         """The same sets in ``vocab``'s ids, each row sorted (vectorised: a catch-up payload
