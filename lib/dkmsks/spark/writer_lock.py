@@ -44,11 +44,9 @@ def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Any:
 
 
 @contextmanager
-def file_lock(path: Path, job: str, *, timeout: float | None = None,
-              on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+def file_lock(path: Path, job: str, *, timeout: float | None = None) -> Iterator[None]:
     """Hold an exclusive, re-entrant (per process) ``flock`` on ``path`` for the block;
-    ``job`` describes the holder to whoever has to wait; ``on_wait(holder)`` is called once
-    when the lock is busy."""
+    ``job`` describes the holder to whoever has to wait."""
     key = str(path)
     with _guard:
         if key in _held:
@@ -66,7 +64,7 @@ def file_lock(path: Path, job: str, *, timeout: float | None = None,
                 _held[key] = (handle, depth - 1)
         return
 
-    handle = acquire(path, job, timeout=timeout, on_wait=on_wait)
+    handle = acquire(path, job, timeout=timeout)
     with _guard:
         _held[key] = (handle, 1)
     try:
