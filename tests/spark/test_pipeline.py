@@ -280,3 +280,54 @@ def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(s
     for t in range(T + 1):
         _assert_equal(results_as_of(spark, t)[1], oracle[t])
     assert list(tmp_path.iterdir()) == []  # spools are removed
+
+
+def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_stay_live(
+        spark, fresh_db, workload, tmp_path):
+    """Deleted on one worker and registered again on another at t=2: both workers write a final
+    record with t=2 for the id, in whatever order the tasks finish. The state read back by the
+    next run, knn_current and the compaction must all take the registration (deletions apply
+    first within a timestamp), so deleting the ids again at t=3 is accepted, not quarantined."""
+    import gzip
+
+    from dkmsks.spark import tables
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    folder = workload[0]
+    with gzip.open(folder / "events.tsv.gz", "rt", encoding="utf-8") as fh:
+        header, *rows = fh.read().splitlines()
+    fields = [r.split("\t") for r in rows]
+    initial = [f for f in fields if f[0] == "insert" and f[6] == "0"]
+    ever_deleted = {f[1] for f in fields if f[0] == "delete"}
+    moving = [f for f in initial if f[1] not in ever_deleted][:12]
+    # Each moves to the place of an initial subscription far down the list (another region).
+    far = sorted(initial, key=lambda f: float(f[2]))[-12:]
+    extra = []
+    for i, (f, g) in enumerate(zip(moving, far, strict=True)):
+        extra += [f"delete\t{f[1]}\t\t\t\t\t2", "\t".join(["insert", f[1], g[2], g[3], f[4], f[5], "2"])]
+        if i % 2 == 0:
+            extra.append(f"delete\t{f[1]}\t\t\t\t\t3")
+    events_path = tmp_path / "events.tsv"
+    events_path.write_text("\n".join([header, *rows, *extra]) + "\n", encoding="utf-8")
+
+    v = Vocabulary()
+    objs = read_objects(folder / "objects.tsv.gz", v).objects
+    load = read_events(events_path, v)
+    assert load.rejections == []
+    oracle = {t: oracle_results(objs, load.events, t) for t in range(T + 1)}
+
+    tables.ensure_tables(spark)
+    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
+    assert ingest_events(spark, events_path, run_id="test").rejected == 0
+    _partition(spark, "dkm", 20)
+    run_microbatch(spark, run_id="to-2", until=2, compaction="never")
+    live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
+    assert live == len(oracle[2])
+    run_microbatch(spark, run_id="to-3", until=3, compaction="always")
+    assert spark.table("quarantine").count() == 0
+    run_microbatch(spark, run_id="rest", compaction="never")
+    for t in range(T + 1):
+        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+    assert spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n == len(oracle[T])

@@ -46,3 +46,20 @@ def test_predicates_render_typed_values_only():
         where(**{"t; DROP__gt": 1})
     with pytest.raises(ValueError):
         where(t__gt="5 OR 1=1")
+
+
+@pytest.mark.parametrize("delete_first", [True, False])
+def test_a_subscription_deleted_and_registered_again_at_one_timestamp_is_live(delete_first):
+    # Deleted on worker 0 and registered again on worker 1 at t=4: two final records with
+    # equal t, in whatever order the workers' rows were written. Deletions apply first within
+    # a timestamp (DESIGN §1), so the subscription is live on worker 1.
+    records = [("delete", 0, None), ("upsert", 1, [31])]
+    if not delete_first:
+        records.reverse()
+    tail = pa.table({
+        "sub_id": [3, 3], "t": [4, 4], "change": [c for c, _, _ in records],
+        "worker": pa.array([w for _, w, _ in records], pa.int32()), "object_ids": [o for _, _, o in records],
+    })
+    got = overlay(_snapshot(), tail, COLUMNS).sort_by("sub_id").to_pylist()
+    assert got[-1] == {"sub_id": 3, "worker": 1, "object_ids": [31], "updated_t": 4}
+    assert [r["sub_id"] for r in got] == [1, 2, 3]

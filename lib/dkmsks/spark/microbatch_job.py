@@ -352,7 +352,8 @@ def compact(spark: SparkSession, *, force: bool = False, lake: Lake | None = Non
         if tail == 0 or (not force and tail < max(COMPACT_MIN_ROWS, COMPACT_FRACTION * state_rows)):
             return None
         through = last_processed(lake)
-        newest = Window.partitionBy("sub_id").orderBy(F.col("t").desc())
+        # Equal t: the upsert wins, as in state_io.overlay and knn_current.
+        newest = Window.partitionBy("sub_id").orderBy(F.col("t").desc(), F.col("change").desc())
         src = (
             spark.read.option("versionAsOf", view.journal_version).table(tables.JOURNAL)
             .where((F.col("record") == "final") & (F.col("plan_version") == view.plan_version)

@@ -3,7 +3,10 @@
 A micro-batch run commits one journal append (its commit point) and does not touch
 ``knn_state``; a compaction later MERGEs the journal's ``final`` records into the snapshot.
 So the state of a subscription is its newest ``final`` record of the snapshot's plan that is
-newer than the snapshot (``t > max(updated_t)``), else its snapshot row. The mark may lag a
+newer than the snapshot (``t > max(updated_t)``), else its snapshot row. "Newest" is by ``t``,
+then an upsert before a delete: a subscription deleted on one worker and registered again on
+another at the same timestamp leaves two final records with equal ``t``, and within a
+timestamp deletions apply before insertions (DESIGN §1), so the upsert is the later one. The mark may lag a
 compaction (a merged delete leaves no row behind) but never lead it, and applying a merged
 record again changes nothing — the overlay is exact either way. ``sql/views/knn_current.sql``
 is the same rule in Spark SQL; this module applies it with delta-rs and numpy for the
@@ -76,7 +79,8 @@ def overlay(snapshot: pa.Table, tail: pa.Table, columns: list[str]) -> pa.Table:
         return snapshot
     sub = np.asarray(tail.column("sub_id").to_numpy(), dtype=np.int64)
     t = np.asarray(tail.column("t").to_numpy(), dtype=np.int64)
-    order = np.lexsort((-t, sub))
+    deleted = np.asarray(pc.equal(tail.column("change"), "delete").to_numpy(zero_copy_only=False), dtype=np.int8)
+    order = np.lexsort((deleted, -t, sub))  # equal t: the upsert (re-registration) wins
     first = np.ones(order.shape[0], dtype=bool)
     first[1:] = sub[order][1:] != sub[order][:-1]
     newest = tail.take(pa.array(order[first]))
