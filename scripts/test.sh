@@ -9,4 +9,7 @@ export SPARK_LOCAL_IP=127.0.0.1
 # (measured: empty micro-batch 11.3 -> 8.2 s). Benchmarks and real runs keep the default JIT.
 export DKMSKS_DRIVER_JAVA_OPTS=${DKMSKS_DRIVER_JAVA_OPTS:--XX:TieredStopAtLevel=1}
 scripts/install_browser.sh  # Debian's chromium for the browser test; a no-op once installed
-exec .venv/bin/python -m pytest tests -q "$@"
+# Two pytest-xdist workers: most of the suite's time is JVM and Airflow start-up and waiting,
+# which two processes overlap on two cores. tests/conftest.py keeps tests that share a fixture
+# (one Airflow, one SparkSession, one prepared warehouse) on one worker. -n 0: one process.
+exec .venv/bin/python -m pytest tests -q -n "${DKMSKS_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -70,3 +70,36 @@ def fresh_db(spark, request):
     yield name
     spark.catalog.setCurrentDatabase("default")
     spark.sql("DROP DATABASE IF EXISTS IDENTIFIER(:db) CASCADE", args={"db": name})
+
+
+# --------------------------------------------------------------------------- two workers (xdist)
+
+#: scripts/test.sh runs the suite on two pytest-xdist workers (``--dist loadgroup``). Tests that
+#: share an expensive fixture stay on one worker: one Airflow (tests/e2e's package fixture; the
+#: security test's own Airflow joins them so two never run at once), one SparkSession and its
+#: landing tables (tests/spark), one prepared warehouse per group. Groups are listed heaviest
+#: first and queued in this order, so the two workers finish together (the rest fills in).
+XDIST_GROUPS: list[tuple[str, str]] = [
+    ("tests/reliability/test_crash.py", "crash"),
+    ("tests/reliability/test_replay.py", "replay"),
+    ("tests/e2e/test_airflow", "airflow"),
+    ("tests/reliability/test_security.py::test_airflow", "airflow"),
+    ("tests/spark/", "spark"),
+    ("tests/reliability/test_bad_input.py::test_bad_rows", "bad-input"),
+]
+
+
+def _xdist_group(nodeid: str) -> tuple[int, str | None]:
+    for rank, (prefix, group) in enumerate(XDIST_GROUPS):
+        if nodeid.startswith(prefix):
+            return rank, group
+    return len(XDIST_GROUPS), None
+
+
+def pytest_collection_modifyitems(config, items):
+    ranked = sorted(enumerate(items), key=lambda pair: (_xdist_group(pair[1].nodeid)[0], pair[0]))
+    items[:] = [item for _, item in ranked]
+    for item in items:
+        group = _xdist_group(item.nodeid)[1]
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -59,6 +59,10 @@ def prepared(tmp_path_factory) -> Prepared:
     source = require_real_data()
     reuse = os.environ.get("DKMSKS_RELIABILITY_PREPARED")
     if reuse and (Path(reuse) / "prepared.json").exists():
+        # Its snapshot restores to one fixed path (the metastore holds absolute locations), so
+        # two xdist workers (scripts/test.sh runs two) would restore over each other.
+        if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+            raise pytest.UsageError("DKMSKS_RELIABILITY_PREPARED needs one test process: add -n 0")
         # A folder an earlier session prepared (same workload constants): skips ingest + partition.
         root = Path(reuse)
         objects, events = root / "workload" / "objects.tsv.gz", root / "workload" / "events.tsv.gz"

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -280,8 +281,11 @@ class Monitored:
 def run(cmd: list[str], warehouse: Path | None = None, *, timeout: float = 900, check: bool = True,
         env: dict[str, str] | None = None, log: Path | None = None) -> RunRecord:
     rec = Monitored(cmd, warehouse, env=env, log=log).wait(timeout)
-    if check:
-        assert rec.returncode == 0, f"{' '.join(cmd[:4])} exited {rec.returncode}:\n{rec.tail()}"
+    if check and rec.returncode != 0:
+        # The whole output (the JVM's stderr included) is kept: the message shows only its tail.
+        kept = Path(tempfile.mkstemp(prefix="failed-run-", suffix=".log")[1])
+        kept.write_text(rec.output, encoding="utf-8")
+        raise AssertionError(f"{' '.join(cmd[:4])} exited {rec.returncode} (whole output: {kept}):\n{rec.tail()}")
     return rec
 
 

@@ -331,3 +331,51 @@ def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_s
     for t in range(T + 1):
         _assert_equal(results_as_of(spark, t)[1], oracle[t])
     assert spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n == len(oracle[T])
+
+
+def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipeline_db, workload, monkeypatch,
+                                                                      capfd):
+    import numpy as np
+
+    from dkmsks.spark import driver_data, microbatch_job
+    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.spark.plan_cache import cache_dir
+
+    oracle = workload[3]
+    _partition(spark, "dkm", 3)
+    path = cache_dir(spark) / "oinit-stats-t0_0.npz"
+    assert path.is_file()
+    with np.load(path, allow_pickle=False) as saved:
+        assert int(saved["n_objects"]) == SPEC.o_init
+
+    reads = []
+    real_read = driver_data.read_objects_between
+
+    def watched(lake, vocab, *, after, upto):
+        reads.append((after, upto))
+        return real_read(lake, vocab, after=after, upto=upto)
+
+    monkeypatch.setattr(driver_data, "read_objects_between", watched)
+    monkeypatch.setattr(microbatch_job, "read_objects_between", watched)
+    run_microbatch(spark, run_id="cached", until=2)
+    assert reads == [(0, 2)]  # the pending objects only: O_init came from the file
+    _assert_equal(_state_results(spark), oracle[2])
+
+    # A damaged file is rebuilt (never trusted), and the results stay exact.
+    path.write_bytes(b"not an npz file")
+    reads.clear()
+    run_microbatch(spark, run_id="damaged", until=3)
+    assert (None, 0) in reads
+    assert "plan cache: ignoring" in capfd.readouterr().err
+    _assert_equal(_state_results(spark), oracle[3])
+    # ... and one built for another O_init (another object count) too.
+    with np.load(path, allow_pickle=False) as saved:
+        arrays = dict(saved)
+    np.savez(path, **{**arrays, "n_objects": np.array(SPEC.o_init - 1)})
+    reads.clear()
+    run_microbatch(spark, run_id="other", until=4)
+    assert (None, 0) in reads and "built for another O_init" in capfd.readouterr().err
+    reads.clear()
+    run_microbatch(spark, run_id="rest")
+    assert reads == [(4, T)]
+    _assert_equal(_state_results(spark), oracle[T])

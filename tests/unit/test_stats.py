@@ -239,3 +239,28 @@ def test_pickle_round_trip(rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(
         stats.count_keyword_in_rects(kw, *q), brute_kw_rect(objects, membership(objects, 4), kw, q)
     )
+
+
+@pytest.mark.parametrize("n", [0, 64, 700])
+def test_arrays_round_trip_through_an_npz_file(rng: np.random.Generator, tmp_path, n: int) -> None:
+    # A plan's statistics are kept as an .npz (no pickle) so later jobs skip reading O_init.
+    objects = synthetic(rng, n, 4) if n else Objects(
+        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32)),
+        np.zeros(0, np.int64))
+    np.savez(tmp_path / "stats.npz", **ObjectStatistics.build(objects, 4).to_arrays())
+    with np.load(tmp_path / "stats.npz", allow_pickle=False) as saved:
+        stats = ObjectStatistics.from_arrays(dict(saved))
+    q = random_rects(rng, objects, 300)
+    kw = rng.integers(0, 5, 300)
+    np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
+    np.testing.assert_array_equal(
+        stats.count_keyword_in_rects(kw, *q), brute_kw_rect(objects, membership(objects, 4), kw, q))
+    np.testing.assert_array_equal(stats.keyword_counts(np.arange(4)), membership(objects, 4).sum(axis=1))
+
+
+def test_arrays_that_do_not_fit_together_are_refused(rng: np.random.Generator) -> None:
+    arrays = ObjectStatistics.build(synthetic(rng, 200, 3), 3).to_arrays()
+    with pytest.raises(ValueError, match="different sizes"):
+        ObjectStatistics.from_arrays({**arrays, "ys": arrays["ys"][:-70]})
+    with pytest.raises(ValueError, match="n_bits"):
+        ObjectStatistics.from_arrays({**arrays, "kw_n_bits": np.array(3)})

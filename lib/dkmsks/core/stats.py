@@ -61,6 +61,13 @@ class _BitRank:
         self._before = before
         self.n_zeros = int(n - int(ones.sum(dtype=np.int64)))
 
+    @classmethod
+    def from_parts(cls, words: npt.NDArray[np.uint64], before: Int32Array, n_zeros: int) -> _BitRank:
+        """The bit vector from what :meth:`__init__` computed (:meth:`ObjectStatistics.to_arrays`)."""
+        rank = cls.__new__(cls)
+        rank._words, rank._before, rank.n_zeros = words, before, int(n_zeros)
+        return rank
+
     def rank1(self, pos: Int32Array) -> Int32Array:
         """Ones among bits ``[0, pos)`` for every entry of ``pos`` (``0 <= pos <= n``)."""
         # Plain fancy indexing: measured faster than ``take`` (with or without ``out=``).
@@ -91,6 +98,25 @@ class _WaveletMatrix:
             self.levels.append(_BitRank(bits))
             # Stable partition: zeros keep their order, then ones keep theirs.
             cur = np.concatenate([cur[~bits], cur[bits]])
+
+    def to_arrays(self, prefix: str) -> dict[str, npt.NDArray]:
+        # Every level has the same number of words (one bit per value), so they stack.
+        return {
+            f"{prefix}_n_bits": np.array(self.n_bits, dtype=np.int64),
+            f"{prefix}_words": np.stack([lv._words for lv in self.levels]),
+            f"{prefix}_before": np.stack([lv._before for lv in self.levels]),
+            f"{prefix}_n_zeros": np.array([lv.n_zeros for lv in self.levels], dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, npt.NDArray], prefix: str) -> _WaveletMatrix:
+        matrix = cls.__new__(cls)
+        matrix.n_bits = int(arrays[f"{prefix}_n_bits"])
+        words, before, zeros = arrays[f"{prefix}_words"], arrays[f"{prefix}_before"], arrays[f"{prefix}_n_zeros"]
+        if not words.shape[0] == before.shape[0] == zeros.shape[0] == matrix.n_bits:
+            raise ValueError(f"wavelet matrix {prefix!r}: level arrays disagree with n_bits={matrix.n_bits}")
+        matrix.levels = [_BitRank.from_parts(words[j], before[j], int(zeros[j])) for j in range(matrix.n_bits)]
+        return matrix
 
     def count_less(self, v: Int64Array, lo: Int64Array, hi: Int64Array) -> Int64Array:
         """Number of values ``< v[i]`` among positions ``[lo[i], hi[i])`` (``lo <= hi``).
@@ -250,6 +276,28 @@ class ObjectStatistics:
             kw_f = pool.submit(_WaveletMatrix, y_rank[owners[order]], n_bits)
             space, kw_matrix = space_f.result(), kw_f.result()
         return cls(xs, ys, counts, space, kw_key, kw_matrix, workers=workers)
+
+    def to_arrays(self) -> dict[str, npt.NDArray]:
+        """The whole structure as named arrays (``np.savez``-able); :meth:`from_arrays` takes
+        them back without rebuilding (a job that reuses a plan's statistics skips reading
+        ``O_init``)."""
+        return {"xs": self._xs, "ys": self._ys, "counts": self._counts, "kw_key": self._kw_key,
+                **self._space.to_arrays("space"), **self._kw_matrix.to_arrays("kw")}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, npt.NDArray], *, workers: int = -1) -> ObjectStatistics:
+        """Inverse of :meth:`to_arrays`; raises ``ValueError`` (or ``KeyError``) on arrays that
+        do not fit together."""
+        xs, ys = np.asarray(arrays["xs"], dtype=np.float64), np.asarray(arrays["ys"], dtype=np.float64)
+        space = _WaveletMatrix.from_arrays(arrays, "space")
+        kw_matrix = _WaveletMatrix.from_arrays(arrays, "kw")
+        kw_key = np.asarray(arrays["kw_key"], dtype=np.int64)
+        n = xs.shape[0]
+        if ys.shape[0] != n or space.levels[0]._words.shape[0] != n // 64 + 1 \
+                or kw_matrix.levels[0]._words.shape[0] != kw_key.shape[0] // 64 + 1:
+            raise ValueError("statistics arrays of different sizes")
+        return cls(xs, ys, np.asarray(arrays["counts"], dtype=np.int64), space, kw_key, kw_matrix,
+                   workers=workers)
 
     def keyword_counts(self, kw: npt.ArrayLike) -> Int64Array:
         """``|O_λ|`` for every keyword id in ``kw`` (Eq. 1); unseen ids give 0."""

@@ -57,6 +57,7 @@ from dkmsks.spark.microbatch_job import (
     route,
     uncompacted_rows,
 )
+from dkmsks.spark.plan_cache import cache_dir
 from dkmsks.spark.state_io import StateView
 from dkmsks.spark.writer_lock import writer_lock
 
@@ -153,7 +154,7 @@ class FollowSession:
             self.tail_rows = uncompacted_rows(view)
             self.state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
             self.vocab = Vocabulary()
-            self.server = build_main_server(lake, info, self.vocab, view)
+            self.server = build_main_server(lake, info, self.vocab, view, cache_dir(spark))
         self.spool.mkdir(parents=True, exist_ok=False)
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.grid}
         m, spool, poll = info.workers, str(self.spool), self.poll

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,12 +34,12 @@ from pyspark.sql import SparkSession
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, Rect, Subscriptions, SubscriptionEvents, Vocabulary
 from dkmsks.core.partition import MainServer, Method, PartitionPlan
-from dkmsks.core.stats import ObjectStatistics
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn, run_worker
 from dkmsks.spark import driver_data
 from dkmsks.spark.driver_data import read_events_between, read_objects_between
 from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.plan_cache import cache_dir, oinit_statistics
 from dkmsks.spark.sql_files import run_sql
 from dkmsks.spark.state_io import StateView
 from dkmsks.spark.writer_lock import writer_lock
@@ -96,20 +97,17 @@ def pending_timestamps(source: SparkSession | Lake, after: int, until: int | Non
     return driver_data.pending_timestamps(_lake(source), after, until)
 
 
-def load_oinit(lake: Lake, t0: int, vocab: Vocabulary) -> tuple[Objects, ObjectStatistics]:
-    objects = read_objects_between(lake, vocab, after=None, upto=t0)
-    if len(objects) == 0:
-        raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
-    return objects, ObjectStatistics.build(objects, len(vocab))
+def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: StateView,
+                      cache: Path | None = None) -> MainServer:
+    """The main server of the current plan with ``C(w)`` of the live subscriptions.
 
-
-def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: StateView) -> MainServer:
-    """The main server of the current plan with ``C(w)`` of the live subscriptions."""
-    objects, stats = load_oinit(lake, info.t0, vocab)
+    ``cache``: the folder of :mod:`dkmsks.spark.plan_cache` (None: build from ``O_init``).
+    """
     # With live costs a new subscription is costed over its actual (infinite) ball: no O_init
-    # kNN is needed, so the index is only built for the paper's estimate.
+    # kNN is needed, so the index (and O_init itself) only for the paper's estimate.
     needs_knn = info.method != Method.KOP.value and info.new_cost == "paper"
-    knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn else None
+    stats, objects = oinit_statistics(lake, info.t0, vocab, cache, need_objects=needs_knn)
+    knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn and objects is not None else None
     state = view.read(columns=["sub_id", "worker", "weight", "subset"])
     subsets = lake.read(tables.SUBSETS, predicate=where(plan_version__eq=info.plan_version)).drop(["plan_version"])
     subsets = subsets.sort_by("subset")
@@ -399,7 +397,7 @@ def run_microbatch(
             to_t = ts[-1]
             view = StateView.open(lake, fallback_plan=info.plan_version)
             vocab = Vocabulary()
-            server = build_main_server(lake, info, vocab, view)
+            server = build_main_server(lake, info, vocab, view, cache_dir(spark))
             objects = read_objects_between(lake, vocab, after=last, upto=to_t)
             events = read_events_between(lake, vocab, after=last, upto=to_t)
             phases["read"] = (time.perf_counter() - started) * 1e3

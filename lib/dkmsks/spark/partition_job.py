@@ -31,10 +31,10 @@ from dkmsks.spark.microbatch_job import (
     JOURNAL_APP,
     current_plan,
     last_processed,
-    load_oinit,
     open_lake,
     record_run_metrics,
 )
+from dkmsks.spark.plan_cache import cache_dir, oinit_statistics
 from dkmsks.spark.sql_files import run_sql
 from dkmsks.spark.state_io import StateView, state_arrays
 from dkmsks.spark.writer_lock import writer_lock
@@ -212,7 +212,8 @@ def run_partition(spark: SparkSession, params: PartitionParams, *, run_id: str) 
         phases: dict[str, float] = {}
         started = time.perf_counter()
         vocab = Vocabulary()
-        objects, stats = load_oinit(lake, params.t0, vocab)
+        stats, objects = oinit_statistics(lake, params.t0, vocab, cache_dir(spark), need_objects=True)
+        assert objects is not None
         events = read_events_between(lake, vocab, after=None, upto=params.t0)
         subs = live_subscriptions(events, params.t0, t0=params.t0)
         subs = Subscriptions(subs.ids, subs.x, subs.y, subs.keywords, subs.k,
@@ -267,7 +268,7 @@ def run_repartition(spark: SparkSession, params: PartitionParams, *, run_id: str
             raise ValueError("no partition plan yet: run the partition job first")
         t_last = last_processed(lake)
         vocab = Vocabulary()
-        objects, stats = load_oinit(lake, info.t0, vocab)
+        stats, _ = oinit_statistics(lake, info.t0, vocab, cache_dir(spark))
         current = StateView.open(lake, fallback_plan=info.plan_version).read().sort_by("sub_id")
         arrays = state_arrays(current, vocab)
         phases["read"] = (time.perf_counter() - started) * 1e3
@@ -289,7 +290,6 @@ def run_repartition(spark: SparkSession, params: PartitionParams, *, run_id: str
         )
         phases["write"] = (time.perf_counter() - started) * 1e3
         record_run_metrics(lake, run_id, "repartition", t_last, t_last, phases)
-        del objects
     return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
                            plan.loads.tolist(), phases)
 

