@@ -285,8 +285,19 @@ def run(cmd: list[str], warehouse: Path | None = None, *, timeout: float = 900, 
         # The whole output (the JVM's stderr included) is kept: the message shows only its tail.
         kept = Path(tempfile.mkstemp(prefix="failed-run-", suffix=".log")[1])
         kept.write_text(rec.output, encoding="utf-8")
-        raise AssertionError(f"{' '.join(cmd[:4])} exited {rec.returncode} (whole output: {kept}):\n{rec.tail()}")
+        raise AssertionError(f"{' '.join(cmd[:4])} exited {rec.returncode} (whole output: {kept}):\n{rec.tail()}"
+                             + error_lines(rec.output))
     return rec
+
+
+_ERROR_LINE = re.compile(r"(Error|Exception|FATAL|ERROR)\b")
+
+
+def error_lines(output: str, limit: int = 25) -> str:
+    """The first lines of ``output`` that name an error (a JVM's OutOfMemoryError or a
+    Spark ERROR log line scrolls out of the tail that the assertion shows)."""
+    found = [line for line in output.splitlines() if _ERROR_LINE.search(line)][:limit]
+    return ("\nerror lines of the whole output:\n" + "\n".join(found)) if found else ""
 
 
 def run_and_kill(cmd: list[str], warehouse: Path, delay: float, *, after_commits: int | None = None,
