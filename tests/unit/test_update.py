@@ -390,3 +390,50 @@ def test_changed_arrays_are_exactly_the_changed_results(method: str) -> None:
         for i, sid in enumerate(got):
             n = int((changed.ids[i] >= 0).sum())
             assert changed.ids[i, :n].tolist() == after[sid].object_ids.tolist()
+
+
+def _results_live_at(state: KnnState, t: int) -> Results:
+    """Results of the rows live at ``t`` (registered at or before, not deleted at or before)."""
+    from dkmsks.core.model import KnnResult
+
+    n = state.n_rows
+    rows = np.flatnonzero(state.in_use[:n] & (state.t[:n] <= t) & (t < state.end_t[:n]))
+    out: Results = {}
+    for row in rows.tolist():
+        kk = int(state.k[row])
+        got = state.ids[row, :kk]
+        m = int(np.count_nonzero(got >= 0))
+        out[int(state.sub_id[row])] = KnnResult(got[:m].copy(), state.d2[row, :m].copy())
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_stepwise_batches_show_the_oracle_after_every_timestamp(method: str, batch: int) -> None:
+    """One probe per batch, the state after each timestamp equal to the oracle's, and the rows
+    reported changed at t exactly the subscriptions whose oracle result changed at t."""
+    objects, events = adversarial_case(40 + batch, timestamps=8)
+    worker = initial_worker(method, objects, events, grid=4)
+    oracle = {t: oracle_results(objects, events, t) for t in range(9)}
+    seen = []
+    for b in range(1, 9, batch):
+        chunk = list(range(b, min(b + batch, 9)))
+        for t in chunk:
+            apply_events(worker, events, t, in_batch=True)
+        rows = np.flatnonzero((objects.t >= chunk[0]) & (objects.t <= chunk[-1]))
+        for step in worker.process_stepwise(objects.take(rows)):
+            t = step.t
+            seen.append(t)
+            got = _results_live_at(worker.state, t)
+            assert results_equal(got, oracle[t]), f"{method} t={t}: " + describe_difference(got, oracle[t])
+            registered = dict(zip(events.ids[(events.t == t) & (events.op == Op.INSERT)].tolist(), [t] * 99))
+            expected_changed = {
+                sid for sid, r in oracle[t].items()
+                if (sid in registered and len(r.object_ids))
+                or (sid not in registered and not np.array_equal(r.object_ids, oracle[t - 1][sid].object_ids))
+            }
+            changed = {int(worker.state.sub_id[r]) for r in step.stats.updated_rows.tolist()}
+            assert changed == expected_changed, (method, t)
+            assert step.stats.pairs_tested >= step.stats.pairs_accepted >= 0
+        assert results_equal(worker.results(), oracle[chunk[-1]])
+    assert seen == sorted(set(objects.t[objects.t > 0].tolist()))

@@ -27,12 +27,13 @@ Work counters (DESIGN §3 fact 4) are deterministic:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.knn_state import KnnState, StateArrays
+from dkmsks.core.knn_state import NEVER, KnnState, StateArrays
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
 from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, make_index
 
@@ -174,6 +175,95 @@ def process_batch(
     return stats
 
 
+@dataclass
+class StepStats:
+    """What one timestamp of :meth:`Worker.process_stepwise` did: the counters of its objects
+    (probe pairs and accepted pairs of the shared probe that belong to them) and the rows whose
+    result changed at this timestamp."""
+
+    t: int
+    stats: UpdateStats
+    probe_share: float  # this timestamp's share of the batch's candidate pairs (for timing)
+
+
+def _changed(before_ids: Int64Array, before_d2: Float64Array, state: KnnState, rows: Int64Array) -> Int64Array:
+    """Rows whose result differs from ``before_*`` (a merged pair may fall beyond the k-th)."""
+    diff = (state.ids[rows] != before_ids).any(axis=1) | (state.d2[rows] != before_d2).any(axis=1)
+    return rows[diff]
+
+
+def process_stepwise(
+    state: KnnState, index: WorkerIndex, objects: Objects, *, budget: int = DEFAULT_BUDGET,
+) -> Iterator[StepStats]:
+    """Exact kNN update for objects of several timestamps, one probe for all of them.
+
+    The index is probed once for the whole batch and every candidate tested against the
+    state before the batch (exact, DESIGN §3 fact 2: the accepted pairs hold every object
+    that enters a result during the batch). The accepted pairs are then merged one timestamp
+    at a time, in order, yielding after each, so the caller sees the state after every
+    timestamp — per-timestamp result changes at the probe cost of one batch. ``objects`` must
+    be sorted by ``t``. The index is not told about shrunken balls here.
+    """
+    if len(objects) == 0:
+        return
+    ts, first_of_t = np.unique(objects.t, return_index=True)
+    n_per_t = np.diff(np.append(first_of_t, len(objects)))
+    tested = np.zeros(ts.shape[0], dtype=np.int64)
+    acc_r: list[Int64Array] = []
+    acc_o: list[Int64Array] = []
+    acc_d: list[Float64Array] = []
+    acc_t: list[Int64Array] = []
+    for obj, rows in index.candidates(state, objects, budget):
+        tested += np.bincount(np.searchsorted(ts, objects.t[obj]), minlength=ts.shape[0])
+        r, o, d, ot = _accept_with_t(state, objects, obj, rows)
+        if r.shape[0]:
+            acc_r.append(r)
+            acc_o.append(o)
+            acc_d.append(d)
+            acc_t.append(ot)
+    total = max(int(tested.sum()), 1)
+    if acc_r:
+        rows, oid, d2, ot = (np.concatenate(a) for a in (acc_r, acc_o, acc_d, acc_t))
+        # A pair found through several shared keywords is accepted once; grouped by timestamp.
+        order = np.lexsort((oid, rows, ot))
+        rows, oid, d2, ot = rows[order], oid[order], d2[order], ot[order]
+        first = np.concatenate([[True], (rows[1:] != rows[:-1]) | (oid[1:] != oid[:-1]) | (ot[1:] != ot[:-1])])
+        rows, oid, d2, ot = rows[first], oid[first], d2[first], ot[first]
+        bounds = np.searchsorted(ot, np.append(ts, ts[-1] + 1)) if ts.shape[0] else np.zeros(1, np.int64)
+    else:
+        rows = oid = ot = np.zeros(0, dtype=np.int64)
+        d2 = np.zeros(0)
+        bounds = np.zeros(ts.shape[0] + 1, dtype=np.int64)
+    for i, t in enumerate(ts.tolist()):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        step = UpdateStats(objects=int(n_per_t[i]), pairs_tested=int(tested[i]), pairs_accepted=hi - lo)
+        if hi > lo:
+            r = rows[lo:hi]
+            cand = np.unique(r)
+            before = state.ids[cand].copy(), state.d2[cand].copy()
+            merge_results(state, r, oid[lo:hi], d2[lo:hi])
+            step.updated_rows = _changed(*before, state, cand)
+            step.subs_updated = int(step.updated_rows.shape[0])
+        yield StepStats(int(t), step, float(tested[i]) / total)
+
+
+def _accept_with_t(
+    state: KnnState, objects: Objects, obj: Int64Array, rows: Int64Array
+) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array]:
+    """:func:`accept_candidates`, also returning each accepted pair's object timestamp."""
+    ot = objects.t[obj]
+    live = (state.t[rows] <= ot) & (ot < state.end_t[rows])
+    if not live.all():
+        obj, rows, ot = obj[live], rows[live], ot[live]
+    dx = objects.x[obj] - state.x[rows]
+    dy = objects.y[obj] - state.y[rows]
+    d2 = dx * dx + dy * dy
+    oid = objects.ids[obj]
+    kd2, kid = state.kth(rows)
+    ok = (kid < 0) | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
+    return rows[ok], oid[ok], d2[ok], ot[ok]
+
+
 class Worker:
     """One worker of DkM-SKS (or KOP / SOP): its kNN state and its index (paper §3, §4).
 
@@ -254,6 +344,30 @@ class Worker:
             self.index.forget(freed)
         self.index.maintain(self.state)
         return stats
+
+    def process_stepwise(self, objects: Objects, through: int | None = None) -> Iterator[StepStats]:
+        """:func:`process_stepwise` (one probe, the state after every timestamp), then the
+        same lazy index maintenance as :meth:`process` once for the batch.
+
+        ``through``: the batch's last timestamp when it may have no objects (the watermark
+        still reaches it, so subscriptions deleted up to it are released)."""
+        touched: list[Int64Array] = []
+        for step in process_stepwise(self.state, self.index, objects, budget=self.budget):
+            touched.append(step.stats.updated_rows)
+            yield step
+        updated = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
+        # Rows retired during the batch are released below, not re-indexed.
+        updated = updated[self.state.end_t[updated] == NEVER] if updated.shape[0] else updated
+        if updated.shape[0]:
+            self.index.updated(self.state, updated)
+        if len(objects):
+            self.state.advance(int(objects.t.max()))
+        if through is not None:
+            self.state.advance(int(through))
+        freed = self.state.release_retired()
+        if freed.shape[0]:
+            self.index.forget(freed)
+        self.index.maintain(self.state)
 
     def results(self) -> Results:
         return self.state.results()

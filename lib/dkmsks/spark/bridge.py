@@ -109,6 +109,8 @@ class BatchPayload:
     ins_keywords: KeywordColumn
     grid: int = 16384
     index_options: dict[str, float] = field(default_factory=dict)
+    #: Timestamps that share one index probe (:meth:`WorkerSession.apply`).
+    probe_timestamps: int = 10
 
 
 _FIELD_INDEX = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
@@ -170,8 +172,17 @@ class WorkerSession:
         return weight, subset
 
     def apply(self, payload: BatchPayload) -> Iterator[tuple]:
-        """Apply every timestamp of ``payload`` (deletions, insertions, objects); yield records."""
+        """Apply every timestamp of ``payload`` (deletions, insertions, objects); yield records.
+
+        Timestamps go in groups of ``payload.probe_timestamps``: a group's deletions and
+        insertions are applied first (each row stays live for the objects of its interval
+        only), its objects are probed once and merged timestamp by timestamp
+        (:meth:`Worker.process_stepwise`, DESIGN §3 fact 2), and the records come out in
+        timestamp order as if each timestamp had been applied on its own. A follow-mode
+        batch is one timestamp, a catch-up shares each probe over several.
+        """
         worker_id, worker, vocab = self.worker_id, self.worker, self.vocab
+        state = worker.state
         obj_kw = payload.obj_keywords.encode(vocab)
         ins_kw_all = payload.ins_keywords.encode(vocab)
         mine_del = np.flatnonzero(payload.del_worker == worker_id)
@@ -180,60 +191,83 @@ class WorkerSession:
         deleted_last: dict[int, tuple[int, int]] = {}
         seq = 0
         objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
+        width = max(1, int(payload.probe_timestamps))
+        timestamps = list(payload.timestamps)
 
-        for t in payload.timestamps:
-            started = time.perf_counter()
-            dels = mine_del[payload.del_t[mine_del] == t]
-            if dels.shape[0]:
+        for g in range(0, len(timestamps), width):
+            group = timestamps[g:g + width]
+            deleted: dict[int, list[int]] = {}
+            inserted: dict[int, list[int]] = {}
+            live: dict[int, int] = {}
+            times: dict[int, tuple[float, float]] = {}
+            for t in group:
+                started = time.perf_counter()
+                dels = mine_del[payload.del_t[mine_del] == t]
                 ids = payload.del_ids[dels]
-                worker.remove(ids)
-                for sid in ids.tolist():
+                if ids.shape[0]:
+                    worker.remove(ids, t=t)
+                deleted[t] = ids.tolist()
+                for sid in deleted[t]:
+                    self._registered.pop(sid, None)
+                delete_ms = (time.perf_counter() - started) * 1e3
+
+                started = time.perf_counter()
+                ins = mine_ins[payload.ins_t[mine_ins] == t]
+                if ins.shape[0]:
+                    subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins],
+                                         ins_kw_all.take(ins), payload.ins_k[ins], payload.ins_t[ins])
+                    groups = np.full(ins.shape[0], -1, dtype=np.int64) if self.sop else None
+                    worker.add(subs, None, groups=groups)
+                    for j in ins.tolist():
+                        self._registered[int(payload.ins_ids[j])] = int(payload.ins_weight[j])
+                inserted[t] = payload.ins_ids[ins].tolist()
+                live[t] = len(worker)
+                times[t] = (delete_ms, (time.perf_counter() - started) * 1e3)
+
+            # One probe for the group's objects; the results that changed at each timestamp
+            # are read right after its merge (later merges change the same rows).
+            lo, hi = np.searchsorted(payload.obj_t, [group[0], group[-1] + 1])
+            started = time.perf_counter()
+            steps: dict[int, tuple[Any, tuple[np.ndarray, ...]]] = {}
+            for step in worker.process_stepwise(objects_all.take(np.arange(lo, hi)), through=group[-1]):
+                rows = step.stats.updated_rows
+                rows = rows[np.argsort(state.sub_id[rows], kind="stable")]
+                steps[step.t] = (step, (state.sub_id[rows].copy(), state.k[rows].copy(),
+                                        state.ids[rows].copy(), state.d2[rows].copy()))
+            knn_ms = (time.perf_counter() - started) * 1e3
+
+            for t in group:
+                for sid in deleted[t]:
                     seq += 1
                     yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="delete")
                     deleted_last[sid] = (t, seq)
                     touched.pop(sid, None)
-                    self._registered.pop(sid, None)
-            delete_ms = (time.perf_counter() - started) * 1e3
-
-            started = time.perf_counter()
-            ins = mine_ins[payload.ins_t[mine_ins] == t]
-            if ins.shape[0]:
-                kws = ins_kw_all.take(ins)
-                subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins], kws,
-                                     payload.ins_k[ins], payload.ins_t[ins])
-                groups = np.full(ins.shape[0], -1, dtype=np.int64) if self.sop else None
-                worker.add(subs, None, groups=groups)
-                for j in ins.tolist():
-                    sid = int(payload.ins_ids[j])
-                    self._registered[sid] = int(payload.ins_weight[j])
+                for sid in inserted[t]:
                     seq += 1
                     yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="insert",
                                   object_ids=[], d2=[])
                     touched[sid] = (t, seq)
                     deleted_last.pop(sid, None)
-            insert_ms = (time.perf_counter() - started) * 1e3
-
-            started = time.perf_counter()
-            lo, hi = np.searchsorted(payload.obj_t, [t, t + 1])
-            stats = worker.process(objects_all.take(np.arange(lo, hi)))
-            changed = worker.changed_arrays(stats)
-            knn_ms = (time.perf_counter() - started) * 1e3
-            for i, sid in enumerate(changed.sub_ids.tolist()):
-                oids, d2 = _result_lists(changed.ids[i], changed.d2[i], int(changed.k[i]))
-                seq += 1
-                yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="update",
-                              object_ids=oids, d2=d2)
-                touched[sid] = (t, seq)
-            yield _record(
-                record="metric", t=t, worker=worker_id, subscriptions=len(worker),
-                pairs_tested=int(stats.pairs_tested), pairs_in_ball=int(stats.pairs_accepted),
-                results_changed=int(changed.sub_ids.shape[0]), knn_ms=knn_ms, insert_ms=insert_ms,
-                delete_ms=delete_ms,
-            )
+                step, (sids, ks, ids, d2) = steps.get(t, (None, _NO_CHANGES))
+                for i, sid in enumerate(sids.tolist()):
+                    oids, dd = _result_lists(ids[i], d2[i], int(ks[i]))
+                    seq += 1
+                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="update",
+                                  object_ids=oids, d2=dd)
+                    touched[sid] = (t, seq)
+                delete_ms, insert_ms = times[t]
+                yield _record(
+                    record="metric", t=t, worker=worker_id, subscriptions=live[t],
+                    pairs_tested=step.stats.pairs_tested if step else 0,
+                    pairs_in_ball=step.stats.pairs_accepted if step else 0,
+                    results_changed=int(sids.shape[0]),
+                    # A shared probe's time is split by each timestamp's share of its pairs.
+                    knn_ms=knn_ms * step.probe_share if step else 0.0, insert_ms=insert_ms, delete_ms=delete_ms,
+                )
 
         # Final state of every subscription this batch touched: full rows for knn_state.
         if touched:
-            final = worker.state.to_arrays(worker.state.rows_of(np.fromiter(touched, dtype=np.int64)))
+            final = state.to_arrays(state.rows_of(np.fromiter(touched, dtype=np.int64)))
             weight, subset = self._weights_of(final.sub_ids)
             words = vocab.words
             for i, sid in enumerate(final.sub_ids.tolist()):
@@ -246,6 +280,10 @@ class WorkerSession:
                               registered_t=int(final.t[i]), weight=int(weight[i]), subset=int(subset[i]))
         for sid, (last_t, last_seq) in deleted_last.items():
             yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid, change="delete")
+
+
+_NO_CHANGES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros((0, 1), dtype=np.int64),
+               np.zeros((0, 1)))
 
 
 def run_worker(worker_id: int, view: Any, payload: BatchPayload) -> pa.Table:

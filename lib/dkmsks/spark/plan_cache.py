@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def _load(path: Path, vocab: Vocabulary, identity: tuple[str, int]) -> ObjectSta
             raise ValueError(f"built for another O_init: {saved_identity} (now {identity})")
         words = arrays.pop("words").tolist()
         stats = ObjectStatistics.from_arrays(arrays)
-    except (OSError, KeyError, ValueError, TypeError) as err:
+    except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as err:
         print(f"plan cache: ignoring {path} ({err}); rebuilding it", file=sys.stderr)
         return None
     # Keyword ids are positions in `words`: the vocabulary must number them the same way.

@@ -1,0 +1,101 @@
+"""What one worker task runs (spark/bridge.py), without a JVM: a catch-up that shares one
+index probe over several timestamps emits exactly the records of one timestamp at a time, and
+its final state is the oracle's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dkmsks.core.model import KnnResult, Op, Vocabulary, results_equal, describe_difference
+from dkmsks.core.oracle import brute_force_knn, live_subscriptions, oracle_results
+
+from test_update import adversarial_case, knn_matrices
+
+pytestmark = pytest.mark.unit
+
+T = 8
+
+
+def _words(vocab: Vocabulary, sets, rows=None):
+    rows = range(len(sets.ptr) - 1) if rows is None else rows
+    return [[f"w{k}" for k in sets.row(i).tolist()] for i in rows]
+
+
+def _initial_state(objects, events):
+    """The ``knn_state`` rows of one worker holding every initial subscription."""
+    o_init = objects.take(np.flatnonzero(objects.t <= 0))
+    subs = live_subscriptions(events, 0, t0=0)
+    ids, d2 = knn_matrices(brute_force_knn(o_init, subs, 0), subs)
+    lists = [(ids[i][ids[i] >= 0].tolist(), d2[i][ids[i] >= 0].tolist()) for i in range(len(subs))]
+    n = len(subs)
+    return pa.table({
+        "plan_version": np.zeros(n, np.int64), "worker": np.zeros(n, np.int32), "sub_id": subs.ids,
+        "x": subs.x, "y": subs.y, "keywords": _words(None, subs.keywords), "k": subs.k.astype(np.int32),
+        "registered_t": np.zeros(n, np.int64), "weight": np.ones(n, np.int64), "subset": np.zeros(n, np.int64),
+        "object_ids": [a for a, _ in lists], "d2": [b for _, b in lists], "updated_t": np.zeros(n, np.int64),
+    })
+
+
+def _space(objects, events):
+    from dkmsks.core.model import data_space
+
+    return data_space(objects.take(np.flatnonzero(objects.t <= 0)), live_subscriptions(events, 0, t0=0)).as_tuple()
+
+
+def _payload(objects, events, probe_timestamps):
+    from dkmsks.spark.bridge import BatchPayload, KeywordColumn
+
+    words = [f"w{k}" for k in range(64)]
+    later = np.flatnonzero(objects.t > 0)
+    obj = objects.take(later)
+    ev = events.take(np.flatnonzero(events.t > 0))
+    dels, ins = np.flatnonzero(ev.op == Op.DELETE), np.flatnonzero(ev.op == Op.INSERT)
+    e = ev.take(ins)
+    return BatchPayload(
+        method="dkm", space=_space(objects, events), timestamps=list(range(1, T + 1)),
+        obj_ids=obj.ids, obj_x=obj.x, obj_y=obj.y, obj_t=obj.t,
+        obj_keywords=KeywordColumn.from_sets(obj.keywords, words),
+        del_t=ev.t[dels], del_ids=ev.ids[dels], del_worker=np.zeros(dels.shape[0], np.int32),
+        ins_t=e.t, ins_ids=e.ids, ins_worker=np.zeros(len(e), np.int32), ins_x=e.x, ins_y=e.y, ins_k=e.k,
+        ins_weight=np.ones(len(e), np.int64), ins_keywords=KeywordColumn.from_sets(e.keywords, words),
+        grid=4, probe_timestamps=probe_timestamps,
+    )
+
+
+def _records(objects, events, probe_timestamps):
+    from dkmsks.spark.bridge import WorkerSession, records_table
+
+    payload = _payload(objects, events, probe_timestamps)
+    session = WorkerSession(0, _initial_state(objects, events), method="dkm", space=payload.space, grid=4)
+    return records_table(list(session.apply(payload)))
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_a_shared_probe_emits_the_records_of_one_timestamp_at_a_time(seed):
+    objects, events = adversarial_case(seed, timestamps=T)
+    one = _records(objects, events, 1)
+    assert one.num_rows > 0
+    keep = ["record", "t", "seq", "sub_id", "change", "object_ids", "d2", "k", "registered_t",
+            "subscriptions", "results_changed"]
+    for width in (3, T):
+        shared = _records(objects, events, width)
+        assert shared.select(keep).equals(one.select(keep)), width
+        metrics = shared.filter(pa.compute.equal(shared.column("record"), "metric"))
+        assert metrics.column("t").to_pylist() == list(range(1, T + 1))
+
+    # The change records replayed over the initial results give the oracle at every t.
+    results = {int(s): KnnResult(np.asarray(o, np.int64), np.asarray(d, np.float64))
+               for s, o, d in zip(*(_initial_state(objects, events).column(c).to_pylist()
+                                    for c in ("sub_id", "object_ids", "d2")), strict=True)}
+    changes = one.filter(pa.compute.equal(one.column("record"), "change")).to_pylist()
+    for t in range(1, T + 1):
+        for c in sorted((c for c in changes if c["t"] == t), key=lambda c: c["seq"]):
+            if c["change"] == "delete":
+                del results[c["sub_id"]]
+            else:
+                results[c["sub_id"]] = KnnResult(np.asarray(c["object_ids"], np.int64),
+                                                 np.asarray(c["d2"], np.float64))
+        expected = oracle_results(objects, events, t)
+        assert results_equal(results, expected), f"t={t}: " + describe_difference(results, expected)
