@@ -65,11 +65,11 @@ def _payload(objects, events, probe_timestamps):
 
 
 def _records(objects, events, probe_timestamps):
-    from dkmsks.spark.bridge import WorkerSession, records_table
+    from dkmsks.spark.bridge import WorkerSession
 
     payload = _payload(objects, events, probe_timestamps)
     session = WorkerSession(0, _initial_state(objects, events), method="dkm", space=payload.space, grid=4)
-    return records_table(list(session.apply(payload)))
+    return session.apply(payload)
 
 
 @pytest.mark.parametrize("seed", [3, 8])

@@ -5,16 +5,16 @@ state rows (an Arrow table with the ``knn_state`` columns, through
 :class:`~dkmsks.spark.state_io.StateView`) and takes a :class:`BatchPayload` (the pending
 timestamps, already routed by the main server), rebuilds the core
 :class:`~dkmsks.core.update.Worker`, applies each timestamp in order (deletions, insertions,
-objects — DESIGN §1) and yields output records: one ``change`` per result change, one
-``metric`` per timestamp, and one ``final`` row per subscription the run touched (the state
-to journal). Records travel back to the driver as one Arrow table. Keyword strings are encoded with a task-local vocabulary: ids only have to
-agree within one task.
+objects — DESIGN §1) and returns its output records as one Arrow table: one ``change`` per
+result change, one ``metric`` per timestamp, and one ``final`` row per subscription the run
+touched (the state to journal). Keyword strings are encoded with a task-local vocabulary: ids
+only have to agree within one task.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,14 +24,7 @@ import pyarrow as pa
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabulary
 from dkmsks.core.update import Worker
 
-#: Column order of every output record (types: :data:`OUTPUT_SCHEMA`).
-OUTPUT_FIELDS = (
-    "record", "t", "seq", "worker", "sub_id", "change", "object_ids", "d2",
-    "x", "y", "keywords", "k", "registered_t", "weight", "subset",
-    "subscriptions", "pairs_tested", "pairs_in_ball", "results_changed",
-    "knn_ms", "insert_ms", "delete_ms",
-)
-#: Arrow schema of the output records (the order of :data:`OUTPUT_FIELDS`).
+#: Arrow schema of the output records.
 OUTPUT_SCHEMA = pa.schema([
     ("record", pa.string()), ("t", pa.int64()), ("seq", pa.int64()), ("worker", pa.int32()),
     ("sub_id", pa.int64()), ("change", pa.string()), ("object_ids", pa.list_(pa.int64())),
@@ -41,13 +34,6 @@ OUTPUT_SCHEMA = pa.schema([
     ("pairs_tested", pa.int64()), ("pairs_in_ball", pa.int64()), ("results_changed", pa.int64()),
     ("knn_ms", pa.float64()), ("insert_ms", pa.float64()), ("delete_ms", pa.float64()),
 ])
-
-
-def records_table(records: Sequence[tuple]) -> pa.Table:
-    """Output records (tuples in :data:`OUTPUT_FIELDS` order) as one Arrow table."""
-    columns = list(zip(*records, strict=True)) if records else [() for _ in OUTPUT_FIELDS]
-    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, OUTPUT_SCHEMA, strict=True)],
-                                schema=OUTPUT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -113,23 +99,6 @@ class BatchPayload:
     probe_timestamps: int = 10
 
 
-_FIELD_INDEX = {name: i for i, name in enumerate(OUTPUT_FIELDS)}
-_EMPTY_RECORD = [None] * len(OUTPUT_FIELDS)
-
-
-def _record(**values: Any) -> tuple:
-    # Tens of thousands per worker and batch: set the given fields only.
-    rec = _EMPTY_RECORD.copy()
-    for name, value in values.items():
-        rec[_FIELD_INDEX[name]] = value
-    return tuple(rec)
-
-
-def _result_lists(ids_row: np.ndarray, d2_row: np.ndarray, k: int) -> tuple[list[int], list[float]]:
-    n = int(np.count_nonzero(ids_row[:k] >= 0))
-    return ids_row[:n].tolist(), d2_row[:n].tolist()
-
-
 class WorkerSession:
     """One worker's warm state: built once from its ``knn_state`` rows, then fed batches.
 
@@ -171,15 +140,17 @@ class WorkerSession:
                 weight[i], subset[i] = self._registered[sid], -1
         return weight, subset
 
-    def apply(self, payload: BatchPayload) -> Iterator[tuple]:
-        """Apply every timestamp of ``payload`` (deletions, insertions, objects); yield records.
+    def apply(self, payload: BatchPayload) -> pa.Table:
+        """Apply every timestamp of ``payload`` (deletions, insertions, objects); its records.
 
         Timestamps go in groups of ``payload.probe_timestamps``: a group's deletions and
         insertions are applied first (each row stays live for the objects of its interval
         only), its objects are probed once and merged timestamp by timestamp
-        (:meth:`Worker.process_stepwise`, DESIGN §3 fact 2), and the records come out in
-        timestamp order as if each timestamp had been applied on its own. A follow-mode
-        batch is one timestamp, a catch-up shares each probe over several.
+        (:meth:`Worker.process_stepwise`, DESIGN §3 fact 2), and the records are those of
+        applying one timestamp at a time: per timestamp its deletions, insertions and result
+        updates (``seq`` in that order), and one metric. A follow-mode batch is one timestamp,
+        a catch-up shares each probe over several. Records are built column-wise (tens of
+        thousands per worker and batch).
         """
         worker_id, worker, vocab = self.worker_id, self.worker, self.vocab
         state = worker.state
@@ -187,32 +158,30 @@ class WorkerSession:
         ins_kw_all = payload.ins_keywords.encode(vocab)
         mine_del = np.flatnonzero(payload.del_worker == worker_id)
         mine_ins = np.flatnonzero(payload.ins_worker == worker_id)
-        touched: dict[int, tuple[int, int]] = {}  # sub id -> (t, seq) of its last change
-        deleted_last: dict[int, tuple[int, int]] = {}
-        seq = 0
+        out = _Records(worker_id)
         objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
         width = max(1, int(payload.probe_timestamps))
         timestamps = list(payload.timestamps)
 
         for g in range(0, len(timestamps), width):
             group = timestamps[g:g + width]
-            deleted: dict[int, list[int]] = {}
-            inserted: dict[int, list[int]] = {}
+            deleted: dict[int, np.ndarray] = {}
+            inserted: dict[int, np.ndarray] = {}
             live: dict[int, int] = {}
             times: dict[int, tuple[float, float]] = {}
             for t in group:
                 started = time.perf_counter()
                 dels = mine_del[payload.del_t[mine_del] == t]
-                ids = payload.del_ids[dels]
-                if ids.shape[0]:
-                    worker.remove(ids, t=t)
-                deleted[t] = ids.tolist()
-                for sid in deleted[t]:
-                    self._registered.pop(sid, None)
+                deleted[t] = payload.del_ids[dels]
+                if dels.shape[0]:
+                    worker.remove(deleted[t], t=t)
+                    for sid in deleted[t].tolist():
+                        self._registered.pop(sid, None)
                 delete_ms = (time.perf_counter() - started) * 1e3
 
                 started = time.perf_counter()
                 ins = mine_ins[payload.ins_t[mine_ins] == t]
+                inserted[t] = payload.ins_ids[ins]
                 if ins.shape[0]:
                     subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins],
                                          ins_kw_all.take(ins), payload.ins_k[ins], payload.ins_t[ins])
@@ -220,7 +189,6 @@ class WorkerSession:
                     worker.add(subs, None, groups=groups)
                     for j in ins.tolist():
                         self._registered[int(payload.ins_ids[j])] = int(payload.ins_weight[j])
-                inserted[t] = payload.ins_ids[ins].tolist()
                 live[t] = len(worker)
                 times[t] = (delete_ms, (time.perf_counter() - started) * 1e3)
 
@@ -237,51 +205,128 @@ class WorkerSession:
             knn_ms = (time.perf_counter() - started) * 1e3
 
             for t in group:
-                for sid in deleted[t]:
-                    seq += 1
-                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="delete")
-                    deleted_last[sid] = (t, seq)
-                    touched.pop(sid, None)
-                for sid in inserted[t]:
-                    seq += 1
-                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="insert",
-                                  object_ids=[], d2=[])
-                    touched[sid] = (t, seq)
-                    deleted_last.pop(sid, None)
+                out.changes(t, "delete", deleted[t])
+                out.changes(t, "insert", inserted[t], results=_EMPTY_RESULTS)
                 step, (sids, ks, ids, d2) = steps.get(t, (None, _NO_CHANGES))
-                for i, sid in enumerate(sids.tolist()):
-                    oids, dd = _result_lists(ids[i], d2[i], int(ks[i]))
-                    seq += 1
-                    yield _record(record="change", t=t, seq=seq, worker=worker_id, sub_id=sid, change="update",
-                                  object_ids=oids, d2=dd)
-                    touched[sid] = (t, seq)
+                out.changes(t, "update", sids, results=(ks, ids, d2))
                 delete_ms, insert_ms = times[t]
-                yield _record(
-                    record="metric", t=t, worker=worker_id, subscriptions=live[t],
-                    pairs_tested=step.stats.pairs_tested if step else 0,
-                    pairs_in_ball=step.stats.pairs_accepted if step else 0,
-                    results_changed=int(sids.shape[0]),
+                out.metric(
+                    t, subscriptions=live[t], pairs_tested=step.stats.pairs_tested if step else 0,
+                    pairs_in_ball=step.stats.pairs_accepted if step else 0, results_changed=int(sids.shape[0]),
                     # A shared probe's time is split by each timestamp's share of its pairs.
                     knn_ms=knn_ms * step.probe_share if step else 0.0, insert_ms=insert_ms, delete_ms=delete_ms,
                 )
 
-        # Final state of every subscription this batch touched: full rows for knn_state.
-        if touched:
-            final = state.to_arrays(state.rows_of(np.fromiter(touched, dtype=np.int64)))
+        # The final state of every subscription the batch touched (its last change decides).
+        sub, t_last, seq_last, was_delete = out.last_changes()
+        upserts = np.flatnonzero(~was_delete)
+        if upserts.shape[0]:
+            final = state.to_arrays(state.rows_of(sub[upserts]))  # ascending ids, as `sub`
             weight, subset = self._weights_of(final.sub_ids)
-            words = vocab.words
-            for i, sid in enumerate(final.sub_ids.tolist()):
-                k = int(final.k[i])
-                oids, d2 = _result_lists(final.ids[i], final.d2[i], k)
-                last_t, last_seq = touched[sid]
-                yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid,
-                              change="upsert", object_ids=oids, d2=d2, x=float(final.x[i]), y=float(final.y[i]),
-                              keywords=sorted(words[w] for w in final.keywords.row(i)), k=k,
-                              registered_t=int(final.t[i]), weight=int(weight[i]), subset=int(subset[i]))
-        for sid, (last_t, last_seq) in deleted_last.items():
-            yield _record(record="final", t=last_t, seq=last_seq, worker=worker_id, sub_id=sid, change="delete")
+            out.finals_upsert(final, t_last[upserts], seq_last[upserts], weight, subset, vocab.words)
+        gone = np.flatnonzero(was_delete)
+        out.finals_delete(sub[gone], t_last[gone], seq_last[gone])
+        return out.table()
 
 
+def _lists(k: np.ndarray, ids: np.ndarray, values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    """Rows of a kNN matrix (``values`` beside ``ids``, padded with id -1) as an Arrow list
+    column of each row's first ``k`` present entries."""
+    n = ids.shape[0]
+    keep = (ids >= 0) & (np.arange(ids.shape[1])[None, :] < k[:, None]) if n else np.zeros((0, 1), dtype=bool)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(keep.sum(axis=1), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[keep], type=arrow_type))
+
+
+class _Records:
+    """Output records of one worker and batch, accumulated as Arrow column chunks."""
+
+    def __init__(self, worker_id: int) -> None:
+        self.worker_id = worker_id
+        self.parts: list[pa.Table] = []
+        self.seq = 0
+        self._sub: list[np.ndarray] = []  # every change: sub id, t, seq, is a delete
+        self._t: list[np.ndarray] = []
+        self._seq: list[np.ndarray] = []
+        self._del: list[np.ndarray] = []
+
+    def _part(self, n: int, columns: dict[str, Any]) -> None:
+        arrays = []
+        for f in OUTPUT_SCHEMA:
+            value = columns.get(f.name)
+            if value is None:
+                arrays.append(pa.nulls(n, f.type))
+            elif isinstance(value, (pa.Array, np.ndarray)):
+                arrays.append(pa.array(value, type=f.type) if isinstance(value, np.ndarray) else value)
+            else:
+                arrays.append(pa.array([value] * n, type=f.type))
+        self.parts.append(pa.Table.from_arrays(arrays, schema=OUTPUT_SCHEMA))
+
+    def changes(self, t: int, change: str, sub_ids: np.ndarray,
+                results: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        n = int(sub_ids.shape[0])
+        if n == 0:
+            return
+        seq = self.seq + 1 + np.arange(n, dtype=np.int64)
+        self.seq += n
+        columns: dict[str, Any] = {"record": "change", "t": t, "seq": seq, "worker": self.worker_id,
+                                   "sub_id": np.asarray(sub_ids, dtype=np.int64), "change": change}
+        if results is not None:
+            k, ids, d2 = results if results is not _EMPTY_RESULTS else (
+                np.zeros(n, np.int32), np.full((n, 1), -1, np.int64), np.full((n, 1), np.inf))
+            columns["object_ids"] = _lists(k, ids, ids, pa.int64())
+            columns["d2"] = _lists(k, ids, d2, pa.float64())
+        self._part(n, columns)
+        self._sub.append(np.asarray(sub_ids, dtype=np.int64))
+        self._t.append(np.full(n, t, dtype=np.int64))
+        self._seq.append(seq)
+        self._del.append(np.full(n, change == "delete"))
+
+    def metric(self, t: int, **values: Any) -> None:
+        self._part(1, {"record": "metric", "t": t, "worker": self.worker_id, **values})
+
+    def last_changes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per subscription id (ascending): ``t``, ``seq`` and delete-ness of its last change."""
+        if not self._sub:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, np.zeros(0, dtype=bool)
+        sub, t, seq, dele = (np.concatenate(a) for a in (self._sub, self._t, self._seq, self._del))
+        order = np.lexsort((seq, sub))
+        last = np.ones(order.shape[0], dtype=bool)
+        last[:-1] = sub[order][1:] != sub[order][:-1]
+        pick = order[last]
+        return sub[pick], t[pick], seq[pick], dele[pick]
+
+    def finals_upsert(self, final: Any, t: np.ndarray, seq: np.ndarray, weight: np.ndarray, subset: np.ndarray,
+                      words: list[str]) -> None:
+        n = len(final)
+        kw = final.keywords
+        kw_ids = np.asarray(kw.ids, dtype=np.int64)
+        owner = np.repeat(np.arange(n), np.diff(np.asarray(kw.ptr, dtype=np.int64)))
+        word_array = np.asarray(words, dtype=str)
+        rank = np.empty(word_array.shape[0], dtype=np.int64)
+        rank[np.argsort(word_array, kind="stable")] = np.arange(word_array.shape[0])
+        order = np.lexsort((rank[kw_ids], owner)) if kw_ids.shape[0] else np.zeros(0, dtype=np.int64)
+        keywords = pa.ListArray.from_arrays(pa.array(np.asarray(kw.ptr, dtype=np.int32) - int(kw.ptr[0])),
+                                            pa.array(word_array[kw_ids[order]], type=pa.string()))
+        self._part(n, {
+            "record": "final", "t": t, "seq": seq, "worker": self.worker_id, "sub_id": final.sub_ids,
+            "change": "upsert", "object_ids": _lists(final.k, final.ids, final.ids, pa.int64()),
+            "d2": _lists(final.k, final.ids, final.d2, pa.float64()), "x": final.x, "y": final.y,
+            "keywords": keywords, "k": final.k, "registered_t": final.t, "weight": weight, "subset": subset,
+        })
+
+    def finals_delete(self, sub_ids: np.ndarray, t: np.ndarray, seq: np.ndarray) -> None:
+        if sub_ids.shape[0]:
+            self._part(int(sub_ids.shape[0]), {"record": "final", "t": t, "seq": seq, "worker": self.worker_id,
+                                               "sub_id": sub_ids, "change": "delete"})
+
+    def table(self) -> pa.Table:
+        return pa.concat_tables(self.parts) if self.parts else OUTPUT_SCHEMA.empty_table()
+
+
+_EMPTY_RESULTS = (np.zeros(0, np.int32), np.zeros((0, 1), np.int64), np.zeros((0, 1)))
 _NO_CHANGES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros((0, 1), dtype=np.int64),
                np.zeros((0, 1)))
 
@@ -294,4 +339,4 @@ def run_worker(worker_id: int, view: Any, payload: BatchPayload) -> pa.Table:
     """
     session = WorkerSession(worker_id, view.read(worker=worker_id), method=payload.method, space=payload.space,
                             grid=payload.grid, index_options=payload.index_options)
-    return records_table(list(session.apply(payload)))
+    return session.apply(payload)

@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
-from dkmsks.spark.bridge import WorkerSession, records_table
+from dkmsks.spark.bridge import WorkerSession
 from dkmsks.spark.driver_data import pending_timestamps, read_events_between, read_objects_between
 from dkmsks.spark.microbatch_job import (
     COMPACT_FRACTION,
@@ -90,7 +90,7 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
             payload_path = _round_file(folder, n)
             if payload_path.exists():
                 payload = pickle.loads(payload_path.read_bytes())
-                records = records_table(list(session.apply(payload)))
+                records = session.apply(payload)
                 _atomic_write(_output_file(folder, n, worker_id), _to_ipc(records))
                 n += 1
             elif (folder / "stop").exists():
