@@ -323,7 +323,9 @@ class _Records:
                                                "sub_id": sub_ids, "change": "delete"})
 
     def table(self) -> pa.Table:
-        return pa.concat_tables(self.parts) if self.parts else OUTPUT_SCHEMA.empty_table()
+        # One chunk: thousands of small ones (a few per timestamp) made the IPC transfer and
+        # the journal append several times slower (commit 0.8 -> 2.0 s at 1M/1M).
+        return pa.concat_tables(self.parts).combine_chunks() if self.parts else OUTPUT_SCHEMA.empty_table()
 
 
 _EMPTY_RESULTS = (np.zeros(0, np.int32), np.zeros((0, 1), np.int64), np.zeros((0, 1)))
