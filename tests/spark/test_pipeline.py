@@ -103,12 +103,13 @@ def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spa
     _assert_equal(_state_results(spark), engine.results())
 
 
+@pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
 @pytest.mark.parametrize("m", [1, 20])
-def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workload, m):
+def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workload, m, method):
     from dkmsks.spark.microbatch_job import run_microbatch
 
     oracle = workload[3]
-    _partition(spark, "dkm", m)
+    _partition(spark, method, m)
     assert spark.table("knn_state").select("worker").distinct().count() == min(m, 300)
     run_microbatch(spark, run_id="m")
     _assert_equal(_state_results(spark), oracle[T])
