@@ -63,6 +63,13 @@ def accept_candidates(
 
     Returns the accepted ``(row, object id, d²)``; pairs are not deduplicated here.
     """
+    return _accept(state, objects, obj, rows)[:3]
+
+
+def _accept(
+    state: KnnState, objects: Objects, obj: Int64Array, rows: Int64Array
+) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array]:
+    """:func:`accept_candidates`, also returning each accepted pair's object timestamp."""
     ot = objects.t[obj]
     live = (state.t[rows] <= ot) & (ot < state.end_t[rows])
     if not live.all():
@@ -73,9 +80,8 @@ def accept_candidates(
     d2 = dx * dx + dy * dy
     oid = objects.ids[obj]
     kd2, kid = state.kth(rows)
-    full = kid >= 0
-    ok = ~full | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
-    return rows[ok], oid[ok], d2[ok]
+    ok = (kid < 0) | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
+    return rows[ok], oid[ok], d2[ok], ot[ok]
 
 
 def merge_results(
@@ -215,7 +221,7 @@ def process_stepwise(
     acc_t: list[Int64Array] = []
     for obj, rows in index.candidates(state, objects, budget):
         tested += np.bincount(np.searchsorted(ts, objects.t[obj]), minlength=ts.shape[0])
-        r, o, d, ot = _accept_with_t(state, objects, obj, rows)
+        r, o, d, ot = _accept(state, objects, obj, rows)
         if r.shape[0]:
             acc_r.append(r)
             acc_o.append(o)
@@ -245,23 +251,6 @@ def process_stepwise(
             step.updated_rows = _changed(*before, state, cand)
             step.subs_updated = int(step.updated_rows.shape[0])
         yield StepStats(int(t), step, float(tested[i]) / total)
-
-
-def _accept_with_t(
-    state: KnnState, objects: Objects, obj: Int64Array, rows: Int64Array
-) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array]:
-    """:func:`accept_candidates`, also returning each accepted pair's object timestamp."""
-    ot = objects.t[obj]
-    live = (state.t[rows] <= ot) & (ot < state.end_t[rows])
-    if not live.all():
-        obj, rows, ot = obj[live], rows[live], ot[live]
-    dx = objects.x[obj] - state.x[rows]
-    dy = objects.y[obj] - state.y[rows]
-    d2 = dx * dx + dy * dy
-    oid = objects.ids[obj]
-    kd2, kid = state.kth(rows)
-    ok = (kid < 0) | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
-    return rows[ok], oid[ok], d2[ok], ot[ok]
 
 
 class Worker:
