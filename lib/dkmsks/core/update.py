@@ -324,15 +324,20 @@ class Worker:
     def process(self, objects: Objects) -> UpdateStats:
         """Exact kNN update for a batch of objects, then lazy index maintenance."""
         stats = process_batch(self.state, self.index, objects, budget=self.budget)
-        if stats.updated_rows.shape[0]:
-            self.index.updated(self.state, stats.updated_rows)
-        if len(objects):
-            self.state.advance(int(objects.t.max()))
+        self._after_batch(stats.updated_rows, int(objects.t.max()) if len(objects) else None)
+        return stats
+
+    def _after_batch(self, updated: Int64Array, through: int | None) -> None:
+        """Lazy index maintenance after a batch: re-index shrunken balls, move the watermark
+        to ``through``, release the rows it retires."""
+        if updated.shape[0]:
+            self.index.updated(self.state, updated)
+        if through is not None:
+            self.state.advance(through)
         freed = self.state.release_retired()
         if freed.shape[0]:
             self.index.forget(freed)
         self.index.maintain(self.state)
-        return stats
 
     def process_stepwise(self, objects: Objects, through: int | None = None) -> Iterator[StepStats]:
         """:func:`process_stepwise` (one probe, the state after every timestamp), then the
@@ -347,16 +352,8 @@ class Worker:
         updated = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
         # Rows retired during the batch are released below, not re-indexed.
         updated = updated[self.state.end_t[updated] == NEVER] if updated.shape[0] else updated
-        if updated.shape[0]:
-            self.index.updated(self.state, updated)
-        if len(objects):
-            self.state.advance(int(objects.t.max()))
-        if through is not None:
-            self.state.advance(int(through))
-        freed = self.state.release_retired()
-        if freed.shape[0]:
-            self.index.forget(freed)
-        self.index.maintain(self.state)
+        ends = ([int(objects.t.max())] if len(objects) else []) + ([int(through)] if through is not None else [])
+        self._after_batch(updated, max(ends) if ends else None)
 
     def results(self) -> Results:
         return self.state.results()

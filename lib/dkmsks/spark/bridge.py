@@ -206,7 +206,7 @@ class WorkerSession:
 
             for t in group:
                 out.changes(t, "delete", deleted[t])
-                out.changes(t, "insert", inserted[t], results=_EMPTY_RESULTS)
+                out.changes(t, "insert", inserted[t], results=_no_results(inserted[t].shape[0]))
                 step, (sids, ks, ids, d2) = steps.get(t, (None, _NO_CHANGES))
                 out.changes(t, "update", sids, results=(ks, ids, d2))
                 delete_ms, insert_ms = times[t]
@@ -273,8 +273,7 @@ class _Records:
         columns: dict[str, Any] = {"record": "change", "t": t, "seq": seq, "worker": self.worker_id,
                                    "sub_id": np.asarray(sub_ids, dtype=np.int64), "change": change}
         if results is not None:
-            k, ids, d2 = results if results is not _EMPTY_RESULTS else (
-                np.zeros(n, np.int32), np.full((n, 1), -1, np.int64), np.full((n, 1), np.inf))
+            k, ids, d2 = results
             columns["object_ids"] = _lists(k, ids, ids, pa.int64())
             columns["d2"] = _lists(k, ids, d2, pa.float64())
         self._part(n, columns)
@@ -328,7 +327,11 @@ class _Records:
         return pa.concat_tables(self.parts).combine_chunks() if self.parts else OUTPUT_SCHEMA.empty_table()
 
 
-_EMPTY_RESULTS = (np.zeros(0, np.int32), np.zeros((0, 1), np.int64), np.zeros((0, 1)))
+def _no_results(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(k, ids, d2)`` of ``n`` empty results (a new subscription starts empty, DESIGN §1)."""
+    return np.zeros(n, np.int32), np.full((n, 1), -1, np.int64), np.full((n, 1), np.inf)
+
+
 _NO_CHANGES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros((0, 1), dtype=np.int64),
                np.zeros((0, 1)))
 
