@@ -163,6 +163,41 @@ def test_metrics_use_the_injected_clock() -> None:
     assert all(x.wall == 0.0 for x in no_clock.run(objects, events))
 
 
+def test_insertion_and_deletion_times_count_the_slowest_worker_not_the_sum() -> None:
+    """Workers update their indexes in parallel in the real system: a timestamp's insertion
+    (deletion) time is the main server's part plus the slowest worker's, not the workers' sum."""
+    now = [0.0]
+    objects, events = adversarial_case(15, timestamps=4)
+    engine = make_engine("kop", 4, objects, events, clock=lambda: now[0])
+
+    def costing(fn, seconds):
+        def timed(*args, **kwargs):
+            now[0] += seconds
+            return fn(*args, **kwargs)
+        return timed
+
+    server = engine.assigner
+    server.assign = costing(server.assign, 10.0)
+    server.delete = costing(server.delete, 20.0)
+    for w, worker in enumerate(engine.workers):
+        worker.add = costing(worker.add, 2.0)
+        worker.remove = costing(worker.remove, 0.5 + w)
+        worker.process = costing(worker.process, 0.0)
+    seen = {"ins": 0, "del": 0}
+    for x in engine.run(objects, events):
+        if x.n_inserted:
+            assert x.time_insert == 10.0 + 2.0  # the sum would be 10 + 2 per receiving worker
+            seen["ins"] += max(x.n_inserted - 1, 0)
+        else:
+            assert x.time_insert == 0.0
+        if x.n_deleted:
+            assert x.time_delete == 20.0 + 3.5  # RoundRobin routes none: all 4 are asked, worker 3 slowest
+            seen["del"] += 1
+        else:
+            assert x.time_delete == 0.0
+    assert seen["ins"] and seen["del"]
+
+
 def test_deleting_an_unknown_subscription_is_an_error() -> None:
     objects, events = adversarial_case(14, timestamps=2)
     engine = make_engine("dkm", 2, objects, events)

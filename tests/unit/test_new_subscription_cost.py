@@ -171,8 +171,10 @@ def small_workload(seed: int) -> tuple[Objects, SubscriptionEvents]:
 @pytest.mark.parametrize("method", METHODS)
 def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
     """After every timestamp, C(w) under "live" = plan cost of each live initial subscription
-    + the cost of each live new subscription over its actual ball (from the oracle's result);
-    results are exact and equal to the paper mode's."""
+    + the cost of each live new subscription over the ball it was last costed with: its actual
+    ball (from the oracle's result) as of the last time that became finite or fell to half the
+    squared radius costed before (``refresh_shrink``); results exact and equal to the paper
+    mode's."""
     objects, events = small_workload(11)
     engine, setup = build_engine(method, objects, events, 3, theta=2, gamma1=10, gamma2=8,
                                  grid=8, new_cost="live")
@@ -185,6 +187,9 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
     ins = events.take(np.flatnonzero((events.op == Op.INSERT) & (events.t > 0)))
     info = {int(ins.ids[i]): (float(ins.x[i]), float(ins.y[i]), ins.keywords.row(i).tolist(),
                               int(ins.k[i])) for i in range(len(ins))}
+    assert server.refresh_shrink == 0.5
+    costed: dict[int, float] = {}  # squared radius each new subscription was last costed with
+    held_back = 0
     for t in range(1, 9):
         list(engine.run(objects, events, until=t))
         list(paper.run(objects, events, until=t))
@@ -200,7 +205,42 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
             x, y, kws, k = info[sid]
             r2 = float(res[sid].d2[k - 1]) if len(res[sid].object_ids) >= k else math.inf
             finite += math.isfinite(r2)
-            box = ball_box(x, y, r2, space)
+            last = costed.get(sid, math.inf)
+            if r2 != last and (last == math.inf or r2 <= 0.5 * last):
+                costed[sid] = last = r2
+            held_back += r2 != last
+            box = ball_box(x, y, last, space)
             loads[w] += brute_weight(brute, method, kws, box, space)
         assert server.load_weight.tolist() == loads.tolist(), f"t={t}"
     assert finite > 0  # the refresh path was exercised (balls of new subscriptions shrank)
+    if method != "kop":
+        assert held_back > 0  # and some shrank too little to be re-costed yet
+
+
+@pytest.mark.parametrize("method", ["sop", "dkm"])
+def test_refresh_waits_until_the_ball_has_shrunk_to_refresh_shrink(world, method: str) -> None:
+    objects, subs, space, stats, index, knn, new = world
+    plan = partition(method, stats, knn, subs, space, m=3, theta=3, gamma1=20, gamma2=8)
+    brute = BruteStats(objects)
+    one = new.take([0])
+    sid, kws = int(one.ids[0]), one.keywords.row(0).tolist()
+
+    def weight(r2: float) -> int:
+        return brute_weight(brute, method, kws, ball_box(float(one.x[0]), float(one.y[0]), r2, space), space)
+
+    server = MainServer(plan, stats, None, new_cost="live")  # refresh_shrink = 1/2
+    server.assign(one)
+    # (reported r², re-costed?, r² of the cost it then has)
+    for r2, recosted, costed in [(900.0, 1, 900.0), (600.0, 0, 900.0), (451.0, 0, 900.0),
+                                 (450.0, 1, 450.0), (300.0, 0, 450.0), (1.0, 1, 1.0), (1.0, 0, 1.0)]:
+        assert server.refresh([sid], [r2]) == recosted, r2
+        assert server.lookup_weights([sid])[1].tolist() == [weight(costed)], r2
+    assert weight(900.0) != weight(1.0)  # the shrinking ball does change the cost here
+    every = MainServer(plan, stats, None, new_cost="live", refresh_shrink=1.0)
+    every.assign(one)
+    for r2 in (900.0, 600.0, 451.0, 450.0):
+        assert every.refresh([sid], [r2]) == 1
+        assert every.lookup_weights([sid])[1].tolist() == [weight(r2)]
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(ValueError, match="refresh_shrink"):
+            MainServer(plan, stats, None, new_cost="live", refresh_shrink=bad)

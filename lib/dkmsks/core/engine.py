@@ -17,6 +17,8 @@ object lies in the subscription's ball, equal for every index).
 
 Workers run one after another here, so the simulated kNN-update time of a timestamp is the
 *slowest worker's* time (they would run in parallel), and ``wall`` holds the sequential sum.
+Insertion and deletion likewise count the main server's part in full and the workers' index
+updates by the slowest worker.
 The engine never reads a clock itself: pass one in (e.g. ``time.perf_counter``); without one
 every time is ``0`` and only the deterministic work counters are meaningful.
 """
@@ -80,8 +82,8 @@ class TimestampMetrics:
     n_objects: int
     n_inserted: int
     n_deleted: int
-    time_delete: float
-    time_insert: float
+    time_delete: float  # main server's part + the slowest worker's index removals
+    time_insert: float  # main server's assignment + the slowest worker's index insertions
     time_knn: float  # slowest worker's kNN update (workers are parallel in the real system)
     wall: float  # sequential time of this whole timestamp in the simulation
     worker_time: Float64Array = field(repr=False)
@@ -231,38 +233,49 @@ class Engine:
         wall0 = clock()
         dels = np.asarray(deletions, dtype=np.int64)
 
-        c0 = clock()
+        # Main-server parts run in sequence; the workers' parts run in parallel in the real
+        # system, so (as for the kNN update) the slowest worker's part counts.
+        m = self.m
         held = 0
+        server_del = 0.0
+        del_wt = np.zeros(m)
         if dels.shape[0]:
+            c0 = clock()
             try:
                 routed = self.assigner.delete(dels)
             except KeyError as err:  # MainServer refuses ids that are not live
                 raise ValueError(f"t={t}: {err.args[0]}; a deletion must name a live subscription") from None
+            server_del = clock() - c0
             if routed is None:
-                for worker in self.workers:
-                    held += worker.remove(dels)
+                targets = [(w, dels) for w in range(m)]
             else:
                 routed = np.asarray(routed, dtype=np.int64)
-                for w in np.unique(routed[routed >= 0]).tolist():
-                    held += self.workers[w].remove(dels[routed == w])
-        time_delete = clock() - c0
+                targets = [(w, dels[routed == w]) for w in np.unique(routed[routed >= 0]).tolist()]
+            for w, ids in targets:
+                c0 = clock()
+                held += self.workers[w].remove(ids)
+                del_wt[w] = clock() - c0
+        time_delete = server_del + float(del_wt.max())
         if held != dels.shape[0]:
             raise ValueError(
                 f"t={t}: {dels.shape[0] - held} deleted subscription(s) are not live; "
                 "the events file must only delete registered subscriptions"
             )
 
-        c0 = clock()
+        server_ins = 0.0
+        ins_wt = np.zeros(m)
         if len(insertions):
+            c0 = clock()
             where = np.asarray(self.assigner.assign(insertions), dtype=np.int64)
+            server_ins = clock() - c0
             for w in np.unique(where).tolist():
-                rows = np.flatnonzero(where == w)
+                c0 = clock()
                 # A new subscription starts with an empty result (DESIGN §1); SOP places it in
                 # the local subset whose R holds it.
-                self.workers[w].add(insertions.take(rows), None)
-        time_insert = clock() - c0
+                self.workers[w].add(insertions.take(np.flatnonzero(where == w)), None)
+                ins_wt[w] = clock() - c0
+        time_insert = server_ins + float(ins_wt.max())
 
-        m = self.m
         wt = np.zeros(m)
         work = np.zeros(m, dtype=np.int64)
         acc = np.zeros(m, dtype=np.int64)
