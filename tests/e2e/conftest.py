@@ -113,7 +113,15 @@ def airflow(tmp_path_factory):
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=300)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        yield Airflow(home, port, warehouse)
+        running = Airflow(home, port, warehouse)
+        # Airflow 3's api-server commits its audit-log row (every POST/PATCH/DELETE) with a
+        # synchronous SQLite session inside its event loop. If a task is reporting to the same
+        # process then, the task's request holds SQLite's write lock until its session is closed,
+        # which needs the blocked event loop: both wait until the 60 s lock timeout (one CI run:
+        # the first trigger timed out while the start-up repartition run's task was heartbeating).
+        # So no test triggers anything before that run, made when Airflow starts, has finished.
+        running.api().wait_run("dkmsks_repartition", run_type="scheduled", timeout=300)
+        yield running
     finally:
         subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=300)
         pids = home / "pids"

@@ -96,7 +96,7 @@ class PaperConfig:
     t_table: int | None = None  # timestamps of the Tables 2-3 points (default: the Figure 7 run)
     table_subs: dict[str, int] = field(default_factory=dict)  # |S| of Tables 2-3 (default: subs)
     sweep_subs: int | None = None  # |S| of the m and k_max sweeps (default: subs)
-    runs: int = 1  # repeats of the Figure 7 points (timing medians over runs)
+    runs: int = 1  # repeats of every engine point (per-timestamp time medians over runs)
     ms: tuple[int, ...] = (5, 10, 20, 40)
     subs_values: tuple[int, ...] = (250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000)
     subs_values_by_dataset: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -139,35 +139,38 @@ class PaperConfig:
     def series_point(self, dataset: str, method: str, new_cost: str, run: int = 0) -> Point:
         return self.base(dataset, method=method, new_cost=new_cost, run=run)
 
-    def table_point(self, dataset: str, method: str, new_cost: str) -> Point:
+    def table_point(self, dataset: str, method: str, new_cost: str, run: int = 0) -> Point:
         """The default setting of Tables 2-3 and the issue's targets (``|S| = subs``)."""
         return self.base(dataset, method=method, new_cost=new_cost,
                          subs=self.table_subs.get(dataset, self.subs),
-                         T=self.t_table if self.t_table is not None else self.t_series)
+                         T=self.t_table if self.t_table is not None else self.t_series, run=run)
 
-    def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str) -> Point:
+    def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str,
+                    run: int = 0) -> Point:
         name, _ = self.sweep_values(fig, dataset)
         return self.base(dataset, series=False, method=method, new_cost=new_cost, T=self.t_sweep,
-                         **{name: value})
+                         run=run, **{name: value})
 
     def series_twin(self, p: Point) -> Point:
-        """The Figure 7 point whose first ``T_sweep`` timestamps are the same stream as ``p``."""
-        return replace(p, T=self.t_series, run=0)
+        """The Figure 7 point (same run) whose first ``T_sweep`` timestamps are the same stream
+        as ``p``."""
+        return replace(p, T=self.t_series)
 
     def covered_by_series(self, p: Point) -> bool:
         twin = self.series_twin(p)
         return (p.T <= self.t_series and any(
-            twin == self.series_point(p.dataset, me, nc) for me, nc in self.variants_series))
+            twin == self.series_point(p.dataset, me, nc, p.run) for me, nc in self.variants_series))
 
     def plan(self) -> list[Point]:
         """Every point to measure, in the order they run (cheap settings first)."""
         pts: list[Point] = []
         for ds in self.datasets:
             if "tables" in self.figures:
-                for me, nc in self.variants_series:
-                    p = self.table_point(ds, me, nc)
-                    if not self.covered_by_series(p):
-                        pts.append(p)
+                for r in range(self.runs):
+                    for me, nc in self.variants_series:
+                        p = self.table_point(ds, me, nc, r)
+                        if not self.covered_by_series(p):
+                            pts.append(p)
             if "fig7" in self.figures:
                 for r in range(self.runs):
                     pts += [self.series_point(ds, me, nc, r) for me, nc in self.variants_series]
@@ -175,12 +178,13 @@ class PaperConfig:
                 if fig not in self.figures:
                     continue
                 _, values = self.sweep_values(fig, ds)
-                for v in values:
-                    for me, nc in self.variants_sweep:
-                        p = self.sweep_point(fig, ds, v, me, nc)
-                        if self.covered_by_series(p):
-                            continue  # the Figure 7 run, cut to T_sweep timestamps
-                        pts.append(p)
+                for r in range(self.runs):
+                    for v in values:
+                        for me, nc in self.variants_sweep:
+                            p = self.sweep_point(fig, ds, v, me, nc, r)
+                            if self.covered_by_series(p):
+                                continue  # the Figure 7 run, cut to T_sweep timestamps
+                            pts.append(p)
         seen: set[str] = set()
         out = []
         for p in pts:
