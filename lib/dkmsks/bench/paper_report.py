@@ -612,7 +612,7 @@ def _table3(res: Results, a) -> None:
     a("## Table 3: decomposed update time (ms per timestamp), default setting")
     a("")
     a("The paper reports this on Place only. kNN update = slowest worker; insertion and deletion "
-      "include the main server's assignment and the workers' index updates; ours adds the cost "
+      "include the main server's assignment and the slowest worker's index update; ours adds the cost "
       "refresh (`live` only) as its own row.")
     a("")
     for ds in res.cfg.datasets:
@@ -883,7 +883,8 @@ def _missing(res: Results, a) -> None:
             p = rec["point"]
             what = (f"{'Spark ' if p.get('kind') == 'spark' else ''}{DATASET_NAMES.get(p['dataset'], p['dataset'])} "
                     f"{NAMES.get(p['method'], p['method'])} ({p.get('new_cost', 'live')}) |S| = {p['subs']:,}, "
-                    f"m = {p['m']}, k_max = {p['k_max']}, T = {p['T']}")
+                    f"m = {p['m']}, k_max = {p['k_max']}, T = {p['T']}"
+                    + (f", run {p['run'] + 1} of {res.cfg.runs}" if res.cfg.runs > 1 and 'run' in p else ""))
             lines.append(f"- {what}: {rec.get('error', 'failed')}")
     ten_m = [r for r in res.store.records.values()
              if r.get("status") == "ok" and r["point"].get("subs") == 10_000_000]
@@ -895,7 +896,9 @@ def _missing(res: Results, a) -> None:
     if missing:
         names = [f"{'Spark ' if getattr(p, 'kind', '') == 'spark' else ''}"
                  f"{DATASET_NAMES.get(p.dataset, p.dataset)} {label(p.method, p.new_cost)} "
-                 f"(|S| = {p.subs:,}, m = {p.m}, k_max = {p.k_max}, T = {p.T})" for p in missing]
+                 f"(|S| = {p.subs:,}, m = {p.m}, k_max = {p.k_max}, T = {p.T}"
+                 + (f", run {p.run + 1} of {res.cfg.runs}" if res.cfg.runs > 1 and hasattr(p, "run") else "")
+                 + ")" for p in missing]
         lines.append(f"- {len(missing)} planned point(s) were not measured before this session's time "
                      "limit; rerunning the steps of `bench/paper_full.sh` measures them and skips "
                      "everything above: " + "; ".join(names) + ".")
