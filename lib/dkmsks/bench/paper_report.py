@@ -732,7 +732,12 @@ def _spark(res: Results, a, docs: Path, png: Path | None) -> None:
          "working tree cannot change the code under measurement mid-run. "
          if commit else "")
       + "kNN time per worker = the Spark task's own measurement of its kNN update (`knn_ms`); update = "
-      "slowest task + insertion + deletion; load balance = max − min task time.")
+      "slowest task + insertion + deletion; load balance = max − min task time. A run over "
+      "several timestamps probes each worker's index once per group of up to 10 timestamps and "
+      "merges timestamp by timestamp (`Worker.process_stepwise`, DESIGN §3 fact 2): results are "
+      "those of one timestamp at a time, but `work` and `min work` count candidates against the "
+      "balls at the start of the group, so they exceed the in-memory engine's per-timestamp "
+      "counts of the same stream.")
     a("")
     if png is not None:
         a(f"![Spark, impact of m]({rel(png, docs)})")
