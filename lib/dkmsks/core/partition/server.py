@@ -43,10 +43,11 @@ cost (their ball was computed in ``O_init`` and already is their actual ball).
 A ball shrinks a little with almost every accepted object, and re-costing (Eq. 5 over the
 statistics) is the main server's biggest per-timestamp cost, so a cost is recomputed only once
 the ball's squared radius has fallen to ``refresh_shrink`` (default ½) of the one it was last
-costed with — the rule by which the workers' grid re-indexes a shrinking ball (``GridIndex``).
-Measured on the Twitter stand-in (|O_init| = 1M, |S| = 100k, m = 20, 100 timestamps): 1,603 →
-158 re-costs per timestamp, cost refresh 15.9 → 4.5 ms (medians), DkM-SKS's max/mean worker
-work unchanged (1.12 → 1.08 over the last 10 timestamps).
+costed with (the radius to 1/√2 of it) — lazy like the workers' grid, which re-indexes a ball
+once its radius has halved (``GridIndex``). Measured on the Twitter stand-in (|O_init| = 1M,
+|S| = 100k, m = 20, 100 timestamps): 1,603 → 158 re-costs per timestamp, cost refresh
+15.9 → 4.5 ms (medians), DkM-SKS's max/mean worker work not worse (1.12 → 1.08 over the last
+10 timestamps).
 """
 
 from __future__ import annotations
@@ -290,7 +291,6 @@ class MainServer:
         self._weight = plan.weight[order].astype(np.int64)
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
         self._extra: dict[int, tuple[int, int]] = {}
-        # "live" only: location and keywords of each live new subscription (for refresh).
         # "live" only: location, keywords and last costed radius² of each live new subscription.
         self._where: dict[int, tuple[float, float, tuple[int, ...], float]] = {}
         self._rect_index: RectIndex | None = None
