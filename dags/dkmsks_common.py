@@ -65,27 +65,27 @@ def spark_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
+# The tuning parameters as DAG Params, written out as plain literals so DAG parsing imports
+# nothing of the project; tests/dags checks them against dkmsks.core.config.PARAMETERS.
 PARTITION_PARAMS = {
-    "method": Param("dkm", enum=["kop", "sop", "dkm"], description="partitioner: KOP, SOP or DkM-SKS"),
-    "workers": Param(20, type="integer", minimum=1, maximum=1024, description="m, number of workers"),
-    "theta": Param(20, type="integer", minimum=1, description="SOP: theta (regions = theta * m)"),
-    "gamma1": Param(100_000, type="integer", minimum=1, description="DkM-SKS: gamma1 (subsets = gamma1 * m)"),
-    "gamma2": Param(20, type="integer", minimum=0, description="DkM-SKS: gamma2 (hybrid split size)"),
-    "grid": Param(16384, type="integer", minimum=1, maximum=1 << 20, description="DkM-SKS worker grid G"),
-    "new_cost": Param("live", enum=["live", "paper"], description="cost of new subscriptions"),
+    "method": Param("dkm", enum=["kop", "sop", "dkm"], description="partitioner: kop, sop or dkm (DkM-SKS)"),
+    "workers": Param(20, type="integer", minimum=1, maximum=1024, description="m, the number of workers"),
+    "theta": Param(20, type="integer", minimum=1, description="SOP: split until theta * m regions"),
+    "gamma1": Param(100_000, type="integer", minimum=1,
+                    description="DkM-SKS: Algorithm 2 targets gamma1 * m subsets"),
+    "gamma2": Param(20, type="integer", minimum=0,
+                    description="DkM-SKS: subsets of at most gamma2 subscriptions also try Hybrid-Partition"),
+    "grid": Param(16384, type="integer", minimum=1, maximum=1 << 20,
+                  description="DkM-SKS worker grid: G x G finest cells, plus coarser levels"),
+    "t0": Param(0, type="integer", description="end of the initial phase T0"),
+    "new_cost": Param("live", enum=["live", "paper"],
+                      description="cost of a new subscription: its actual ball (live) or the paper's estimate"),
     "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
 }
 
-PARTITION_ARGS = [
-    "--warehouse", "{{ params.warehouse }}",
-    "--method", "{{ params.method }}",
-    "--workers", "{{ params.workers }}",
-    "--theta", "{{ params.theta }}",
-    "--gamma1", "{{ params.gamma1 }}",
-    "--gamma2", "{{ params.gamma2 }}",
-    "--grid", "{{ params.grid }}",
-    "--new-cost", "{{ params.new_cost }}",
-]
+#: spark_apps/partition.py's flags, one per Param (flags are the Params' names with dashes).
+PARTITION_ARGS = [arg for name in PARTITION_PARAMS
+                  for arg in ("--" + name.replace("_", "-"), "{{ params.%s }}" % name)]
 
 
 def delta_live_files(table: str | Path) -> list[dict] | None:

@@ -40,8 +40,9 @@ def _warm_up(warehouse: Path) -> None:
     import pandas as pd
 
     from dkmsks.spark.session import build_session, stop_session_and_jvm
+    from dkmsks.warehouse import Warehouse
 
-    spark = build_session(warehouse, app_name="dkmsks-class-archive")
+    spark = build_session(Warehouse(warehouse), app_name="dkmsks-class-archive")
     spark.sql("CREATE TABLE a (id BIGINT, kw ARRAY<STRING>, t BIGINT) USING delta")
     spark.sql("INSERT INTO a VALUES (1, array('x', 'y'), 0), (2, array('y'), 1)")
     src = spark.createDataFrame(pd.DataFrame({"id": [2, 3], "kw": [["z"], ["x"]], "t": [1, 2]}))

@@ -17,6 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from dkmsks.spark.app import base_parser, main_with_session
+from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -29,11 +30,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run(spark: SparkSession, args: argparse.Namespace) -> int:
-    from dkmsks.spark import tables
+def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
     from dkmsks.spark.ingest import ingest_events, ingest_objects
 
-    tables.ensure_tables(spark)
     run_id = args.run_id or "ingest"
     if args.objects:
         r = ingest_objects(spark, args.objects, run_id=run_id)

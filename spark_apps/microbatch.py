@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from dkmsks.spark.app import base_parser, main_with_session
+from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -40,29 +41,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def follow(spark: SparkSession, args: argparse.Namespace) -> int:
+def follow(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
     """Warm workers (one long-running task each) process each new timestamp as it lands."""
-    from dkmsks.spark.follow import follow_forever
+    from dkmsks.jobs.follow import follow_forever
 
-    return follow_forever(spark, spool_root=args.warehouse / "_spool", run_id=args.run_id or "follow",
+    return follow_forever(spark, warehouse, run_id=args.run_id or "follow",
                           until=args.until, max_timestamps=args.max_timestamps, poll=args.poll,
                           idle_exit=args.idle_exit, log=lambda text: print(text, flush=True))
 
 
-def run(spark: SparkSession, args: argparse.Namespace) -> int:
-    from dkmsks.spark import tables
-    from dkmsks.spark.microbatch_job import current_plan, run_microbatch
+def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark.lake import Lake
+    from dkmsks.spark.plans import current_plan
 
-    tables.ensure_tables(spark)
-    if current_plan(spark) is None:
+    if current_plan(Lake.of(warehouse)) is None:
         # A scheduled run before the first partitioning has nothing to do; it is not an error.
         print("no partition plan yet (ingest O_init and partition first): nothing to do")
         return 0
     if args.follow:
-        return follow(spark, args)
+        return follow(spark, warehouse, args)
     run_id = args.run_id or "microbatch"
     while True:
-        report = run_microbatch(spark, run_id=run_id, until=args.until, max_timestamps=args.max_timestamps,
+        report = run_microbatch(spark, warehouse, run_id=run_id, until=args.until, max_timestamps=args.max_timestamps,
                                 compaction=args.compaction, lock_timeout=args.lock_timeout)
         if not report.timestamps:
             print("no pending timestamp" + (" (state compacted)" if report.compacted else ""))

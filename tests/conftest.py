@@ -52,24 +52,37 @@ def rng() -> np.random.Generator:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def spark_warehouse(tmp_path_factory):
+    """The test session's warehouse (its default database)."""
+    from dkmsks.warehouse import Warehouse
+
+    return Warehouse(tmp_path_factory.mktemp("warehouse"))
+
+
+@pytest.fixture(scope="session")
+def spark(spark_warehouse):
     from dkmsks.spark.session import build_session
 
-    warehouse = tmp_path_factory.mktemp("warehouse")
-    session = build_session(warehouse, app_name="dkmsks-tests", master="local[2]", shuffle_partitions=4)
+    session = build_session(spark_warehouse, app_name="dkmsks-tests", master="local[2]", shuffle_partitions=4)
     yield session
     session.stop()
 
 
+def database_name(prefix: str, request) -> str:
+    return prefix + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:58]
+
+
 @pytest.fixture
-def fresh_db(spark, request):
-    """A database of its own per test, dropped afterwards, selected as current."""
-    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:60]
-    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:db)", args={"db": name})
-    spark.catalog.setCurrentDatabase(name)
-    yield name
+def fresh_db(spark, spark_warehouse, request):
+    """A database of its own per test with every table and view registered, selected as
+    current; its :class:`~dkmsks.warehouse.Warehouse`."""
+    from dkmsks.spark.catalog import register
+
+    warehouse = spark_warehouse.with_database(database_name("t_", request))
+    register(spark, warehouse)
+    yield warehouse
     spark.catalog.setCurrentDatabase("default")
-    spark.sql("DROP DATABASE IF EXISTS IDENTIFIER(:db) CASCADE", args={"db": name})
+    spark.sql("DROP DATABASE IF EXISTS IDENTIFIER(:db) CASCADE", args={"db": warehouse.database})
 
 
 # --------------------------------------------------------------------------- two workers (xdist)

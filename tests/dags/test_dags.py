@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -81,11 +82,28 @@ def test_partition_params_refuse_bad_values_with_clear_messages(dagbag, name, va
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 
-    params = ParamsDict(dagbag.dags["dkmsks_partition"].params)
+    params = ParamsDict(copy.deepcopy(dagbag.dags["dkmsks_partition"].params))  # not the DAG's own
     params["method"], params["workers"] = "sop", 7  # non-default values are accepted
     assert params.validate()["method"] == "sop"
     with pytest.raises(ParamValidationError, match=message):
         params[name] = value
+
+
+def test_partition_params_are_the_configs_declarations(dagbag):
+    """The DAG writes its Params as plain literals (light parsing); they must say what the one
+    declaration of the tuning parameters says: same names, defaults, choices and bounds."""
+    from dkmsks.core.config import PARAMETERS
+
+    params = dagbag.dags["dkmsks_partition"].params
+    for p in PARAMETERS:
+        schema = params.get_param(p.name).schema
+        default = p.default.value if p.choices is not None else p.default
+        assert params.get_param(p.name).value == default, p.name
+        if p.choices is not None:
+            assert schema["enum"] == p.choices, p.name
+        else:
+            assert schema["type"] == "integer", p.name
+            assert schema.get("minimum") == p.minimum and schema.get("maximum") == p.maximum, p.name
 
 
 def test_dag_files_import_nothing_heavy():

@@ -47,6 +47,7 @@ FORM = {"method": "sop", "workers": 3, "theta": 4}  # defaults: dkm, 20, 20
 def start_ingest(tmp_path: Path, warehouse: Path) -> subprocess.Popen:
     """O_init into the test's own warehouse with spark-submit, outside Airflow (no asset event)."""
     from dkmsks.spark.session import spark_submit_conf_args
+    from dkmsks.warehouse import Warehouse
 
     source, vocab = real_objects(SPEC.objects_needed)
     objects, events = generate_workload(source, SPEC)
@@ -54,7 +55,7 @@ def start_ingest(tmp_path: Path, warehouse: Path) -> subprocess.Popen:
     write_events(tmp_path / "events.tsv.gz", events, vocab)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                SPARK_LOCAL_IP="127.0.0.1")
-    cmd = [str(Path(sys.executable).with_name("spark-submit")), *spark_submit_conf_args(warehouse),
+    cmd = [str(Path(sys.executable).with_name("spark-submit")), *spark_submit_conf_args(Warehouse(warehouse)),
            str(REPO / "spark_apps" / "ingest.py"), "--warehouse", str(warehouse),
            "--objects", str(tmp_path / "objects.tsv.gz"), "--events", str(tmp_path / "events.tsv.gz"),
            "--run-id", "ui-test"]

@@ -81,8 +81,9 @@ def cluster(tmp_path):
 
 def submit(app: str, warehouse: Path, master: str | None, *args: str) -> str:
     from dkmsks.spark.session import spark_submit_conf_args
+    from dkmsks.warehouse import Warehouse
 
-    conf = spark_submit_conf_args(warehouse, master=master)
+    conf = spark_submit_conf_args(Warehouse(warehouse), master=master)
     cmd = [str(Path(sys.executable).with_name("spark-submit")), *conf, str(REPO / "spark_apps" / app),
            "--warehouse", str(warehouse), *args]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)

@@ -23,11 +23,12 @@ SPEC = WorkloadSpec(o_init=2000, subscriptions=200, timestamps=3, objects_per_ts
 
 def submit(app: str, warehouse: Path, *args: str) -> str:
     from dkmsks.spark.session import spark_submit_conf_args
+    from dkmsks.warehouse import Warehouse
 
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                SPARK_LOCAL_IP="127.0.0.1")
     spark_submit = Path(sys.executable).with_name("spark-submit")
-    cmd = [str(spark_submit), *spark_submit_conf_args(warehouse), str(REPO / "spark_apps" / app),
+    cmd = [str(spark_submit), *spark_submit_conf_args(Warehouse(warehouse)), str(REPO / "spark_apps" / app),
            "--warehouse", str(warehouse), *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{app} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

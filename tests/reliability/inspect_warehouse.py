@@ -31,8 +31,9 @@ def main(argv: list[str]) -> int:
         timings[f"export-{t}"] = time.perf_counter() - started
 
     from dkmsks.spark.session import build_session
+    from dkmsks.warehouse import Warehouse
 
-    spark = build_session(warehouse, app_name="dkmsks-inspect")
+    spark = build_session(Warehouse(warehouse), app_name="dkmsks-inspect")
     try:
         def rows(sql: str) -> list[list]:
             return [list(r) for r in spark.sql(sql).collect()]

@@ -70,12 +70,13 @@ def group_pids(pgid: int) -> set[int]:
 
 def test_defaults_bind_every_service_to_loopback():
     from dkmsks.spark.session import session_conf, spark_submit_conf_args
+    from dkmsks.warehouse import Warehouse
 
-    conf = session_conf("/tmp/w", ui=True)
+    conf = session_conf(Warehouse("/tmp/w"), ui=True)
     assert conf["spark.driver.bindAddress"] == "127.0.0.1" and conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.ui.host"] == "127.0.0.1"
-    assert session_conf("/tmp/w")["spark.ui.enabled"] == "false"
-    args = spark_submit_conf_args("/tmp/w")
+    assert session_conf(Warehouse("/tmp/w"))["spark.ui.enabled"] == "false"
+    args = spark_submit_conf_args(Warehouse("/tmp/w"))
     assert "spark.driver.bindAddress=127.0.0.1" in args and "spark.driver.host=127.0.0.1" in args
 
     script = (REPO / "scripts" / "airflow.sh").read_text()

@@ -28,7 +28,6 @@ SPEC = WorkloadSpec(o_init=3000, subscriptions=300, timestamps=2, objects_per_ts
 def test_naive_spark_equals_the_oracle_at_every_timestamp(spark, fresh_db, tmp_path):
     import naive_spark
 
-    from dkmsks.spark import tables
     from dkmsks.spark.ingest import ingest_events, ingest_objects
 
     source, vocab = real_objects(SPEC.objects_needed)
@@ -39,7 +38,6 @@ def test_naive_spark_equals_the_oracle_at_every_timestamp(spark, fresh_db, tmp_p
     objs = read_objects(tmp_path / "objects.tsv.gz", v).objects
     evs = read_events(tmp_path / "events.tsv.gz", v).events
 
-    tables.ensure_tables(spark)
     ingest_objects(spark, tmp_path / "objects.tsv.gz", run_id="test")
     ingest_events(spark, tmp_path / "events.tsv.gz", run_id="test")
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import real_objects
+from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.model import Vocabulary, results_equal, describe_difference
 from dkmsks.core.oracle import oracle_results
@@ -38,45 +39,57 @@ def workload(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def landing(spark, workload):
-    from dkmsks.spark import tables
+def landing(spark, spark_warehouse, workload):
+    from dkmsks.spark.catalog import register
     from dkmsks.spark.ingest import ingest_events, ingest_objects
 
     folder = workload[0]
-    spark.sql("CREATE DATABASE IF NOT EXISTS pipeline_landing")
-    spark.catalog.setCurrentDatabase("pipeline_landing")
-    tables.ensure_tables(spark)
+    warehouse = spark_warehouse.with_database("pipeline_landing")
+    register(spark, warehouse)
     ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
     ingest_events(spark, folder / "events.tsv.gz", run_id="test")
     spark.catalog.setCurrentDatabase("default")
-    return "pipeline_landing"
+    return warehouse
 
 
 @pytest.fixture
-def pipeline_db(spark, landing, request):
-    """A fresh database with shallow clones of the landing tables, selected as current."""
-    name = "p_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+def pipeline_db(spark, spark_warehouse, landing, request):
+    """A fresh database with shallow clones of the landing tables, selected as current; its
+    :class:`~dkmsks.warehouse.Warehouse`."""
+    from conftest import database_name
+    from dkmsks.spark.catalog import register
+
+    warehouse = spark_warehouse.with_database(database_name("p_", request))
+    name = warehouse.database
     spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")  # test-made name, alphanumeric only
     spark.sql(f"CREATE DATABASE {name}")
-    spark.catalog.setCurrentDatabase(name)
     for table in ("objects", "subscription_events"):
-        spark.sql(f"CREATE TABLE {name}.{table} SHALLOW CLONE {landing}.{table}")
-    yield name
+        spark.sql(f"CREATE TABLE {name}.{table} SHALLOW CLONE {landing.database}.{table}")
+    register(spark, warehouse)
+    yield warehouse
     spark.catalog.setCurrentDatabase("default")
     spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
 
 
-def _partition(spark, method, m):
-    from dkmsks.spark.partition_job import PartitionParams, run_partition
+def _partition(spark, warehouse, method, m):
+    from dkmsks.jobs.partition import run_partition
 
-    return run_partition(spark, PartitionParams(method=method, workers=m, gamma1=40, theta=4, grid=256),
+    return run_partition(spark, warehouse, PartitionConfig(method=method, workers=m, gamma1=40, theta=4, grid=256),
                          run_id="test")
 
 
-def _state_results(spark):
+def _state_results(warehouse):
     from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.lake import Lake
 
-    return results_as_of(spark)[1]
+    return results_as_of(Lake.of(warehouse))[1]
+
+
+def _results_at(warehouse, t):
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.lake import Lake
+
+    return results_as_of(Lake.of(warehouse), t)[1]
 
 
 def _assert_equal(got, expected):
@@ -85,48 +98,46 @@ def _assert_equal(got, expected):
 
 @pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
 def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spark, pipeline_db, workload, method):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.jobs.microbatch import run_microbatch
 
     _, objs, evs, oracle = workload
-    _partition(spark, method, 3)
-    _assert_equal(results_as_of(spark, 0)[1], oracle[0])
-    report = run_microbatch(spark, run_id="one-job")
+    _partition(spark, pipeline_db, method, 3)
+    _assert_equal(_results_at(pipeline_db, 0), oracle[0])
+    report = run_microbatch(spark, pipeline_db, run_id="one-job")
     assert report.timestamps == list(range(1, T + 1))
-    _assert_equal(_state_results(spark), oracle[T])
+    _assert_equal(_state_results(pipeline_db), oracle[T])
     for t in (2, 4):  # inside the single run: time travel to its base + the change log
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
-    engine, _ = build_engine(method, objs, evs, 3, gamma1=40, theta=4, grid=256)
+    engine, _ = build_engine(PartitionConfig(method=method, workers=3, gamma1=40, theta=4, grid=256), objs, evs)
     for _ in engine.run(objs, evs):
         pass
-    _assert_equal(_state_results(spark), engine.results())
+    _assert_equal(_state_results(pipeline_db), engine.results())
 
 
 @pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
 @pytest.mark.parametrize("m", [1, 20])
 def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workload, m, method):
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.jobs.microbatch import run_microbatch
 
     oracle = workload[3]
-    _partition(spark, method, m)
+    _partition(spark, pipeline_db, method, m)
     assert spark.table("knn_state").select("worker").distinct().count() == min(m, 300)
-    run_microbatch(spark, run_id="m")
-    _assert_equal(_state_results(spark), oracle[T])
+    run_microbatch(spark, pipeline_db, run_id="m")
+    _assert_equal(_state_results(pipeline_db), oracle[T])
 
 
 def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeline_db, workload):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.jobs.microbatch import run_microbatch
 
     oracle = workload[3]
-    _partition(spark, "dkm", 3)
+    _partition(spark, pipeline_db, "dkm", 3)
     for t in range(1, T + 1):
-        report = run_microbatch(spark, run_id=f"ts-{t}", max_timestamps=1)
+        report = run_microbatch(spark, pipeline_db, run_id=f"ts-{t}", max_timestamps=1)
         assert report.timestamps == [t]
-        _assert_equal(_state_results(spark), oracle[t])
+        _assert_equal(_state_results(pipeline_db), oracle[t])
     for t in range(T + 1):
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
     # The user-facing views agree with the oracle too.
     rows = spark.sql("SELECT sub_id, rank, object_id, distance FROM knn_results").collect()
@@ -148,12 +159,12 @@ def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeli
 def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db, workload, monkeypatch):
     from delta.tables import DeltaTable
 
-    from dkmsks.spark import microbatch_job
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.jobs import microbatch as microbatch_job
+    from dkmsks.jobs.microbatch import run_microbatch
 
     oracle = workload[3]
-    _partition(spark, "kop", 3)
-    run_microbatch(spark, run_id="first", until=3)
+    _partition(spark, pipeline_db, "kop", 3)
+    run_microbatch(spark, pipeline_db, run_id="first", until=3)
     watched = ("knn_state", "journal", "run_metrics")
     versions = {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched}
     counts = {t: spark.table(t).count() for t in watched}
@@ -161,88 +172,92 @@ def test_replaying_processed_timestamps_writes_no_new_version(spark, pipeline_db
     # Pretend the ledger lost t=2..3: the run recomputes them, and its commit is a replay of a
     # committed transaction (txnAppId/txnVersion), which is skipped.
     monkeypatch.setattr(microbatch_job, "last_processed", lambda source: 1)
-    report = run_microbatch(spark, run_id="replay", until=3)
+    report = run_microbatch(spark, pipeline_db, run_id="replay", until=3)
     assert report.replayed and report.timestamps == [2, 3]
     assert {t: DeltaTable.forName(spark, t).history(1).collect()[0].version for t in watched} == versions
     assert {t: spark.table(t).count() for t in watched} == counts
     monkeypatch.undo()
-    _assert_equal(_state_results(spark), oracle[3])
+    _assert_equal(_state_results(pipeline_db), oracle[3])
 
 
 def test_compaction_keeps_current_and_earlier_results_exact(spark, pipeline_db, workload):
     from delta.tables import DeltaTable
 
-    from dkmsks.spark.export import results_as_of, state_checkpoints
-    from dkmsks.spark.microbatch_job import compact, run_microbatch
+    from dkmsks.spark.export import state_checkpoints
+    from dkmsks.spark.lake import Lake
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark.compaction import compact
 
     oracle = workload[3]
-    _partition(spark, "dkm", 3)
-    assert compact(spark, force=True) is None  # nothing to merge yet
-    run_microbatch(spark, run_id="a", until=2, compaction="never")
-    report = run_microbatch(spark, run_id="b", until=4, compaction="always")
+    _partition(spark, pipeline_db, "dkm", 3)
+    assert compact(spark, pipeline_db, force=True) is None  # nothing to merge yet
+    run_microbatch(spark, pipeline_db, run_id="a", until=2, compaction="never")
+    report = run_microbatch(spark, pipeline_db, run_id="b", until=4, compaction="always")
     assert report.compacted and report.timestamps == [3, 4]
-    assert [through for through, _ in state_checkpoints(spark)] == [0, 4]
+    assert [through for through, _ in state_checkpoints(Lake.of(pipeline_db))] == [0, 4]
     # The snapshot alone (no journal tail) now holds the results at t=4.
     snapshot = {r.sub_id: list(r.object_ids) for r in spark.table("knn_state").collect()}
     assert snapshot == {s: r.object_ids.tolist() for s, r in oracle[4].items()}
-    assert compact(spark, force=True) is None  # idempotent: the tail is empty now
+    assert compact(spark, pipeline_db, force=True) is None  # idempotent: the tail is empty now
     history = DeltaTable.forName(spark, "knn_state").history().count()
-    run_microbatch(spark, run_id="c", compaction="never")
+    run_microbatch(spark, pipeline_db, run_id="c", compaction="never")
     assert DeltaTable.forName(spark, "knn_state").history().count() == history
-    _assert_equal(_state_results(spark), oracle[T])
+    _assert_equal(_state_results(pipeline_db), oracle[T])
     for t in range(T + 1):
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
     live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
     assert live == len(oracle[T])
 
 
 def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, workload):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.microbatch_job import current_plan, run_microbatch
-    from dkmsks.spark.partition_job import PartitionParams, run_repartition
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark.lake import Lake
+    from dkmsks.spark.plans import current_plan
+    from dkmsks.jobs.partition import run_repartition
 
     oracle = workload[3]
-    _partition(spark, "dkm", 3)
-    run_microbatch(spark, run_id="before", until=2)
-    report = run_repartition(spark, PartitionParams(method="sop", workers=4, theta=4), run_id="re")
-    assert report.plan_version == 1 and current_plan(spark).workers == 4
-    _assert_equal(_state_results(spark), oracle[2])
+    _partition(spark, pipeline_db, "dkm", 3)
+    run_microbatch(spark, pipeline_db, run_id="before", until=2)
+    report = run_repartition(spark, pipeline_db, PartitionConfig(method="sop", workers=4, theta=4), run_id="re")
+    assert report.plan_version == 1 and current_plan(Lake.of(pipeline_db)).workers == 4
+    _assert_equal(_state_results(pipeline_db), oracle[2])
     loads = spark.table("worker_loads").collect()
     assert sorted(r.worker for r in loads) == [0, 1, 2, 3]
-    run_microbatch(spark, run_id="after")
-    _assert_equal(_state_results(spark), oracle[T])
+    run_microbatch(spark, pipeline_db, run_id="after")
+    _assert_equal(_state_results(pipeline_db), oracle[T])
     for t in (1, 2, 4):
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
 
 def test_a_crash_before_or_after_the_journal_commit_loses_and_duplicates_nothing(
         spark, pipeline_db, workload, monkeypatch):
-    from dkmsks.spark import microbatch_job
+    from dkmsks.jobs import microbatch as microbatch_job
     from dkmsks.spark.export import processed_timestamps
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.spark.lake import Lake
+    from dkmsks.jobs.microbatch import run_microbatch
 
     oracle = workload[3]
-    _partition(spark, "dkm", 3)
+    _partition(spark, pipeline_db, "dkm", 3)
 
     def crash(*args, **kwargs):
         raise RuntimeError("driver killed")
 
     monkeypatch.setattr(microbatch_job, "commit", crash)  # dies just before its commit point
     with pytest.raises(RuntimeError, match="driver killed"):
-        run_microbatch(spark, run_id="crashing", until=3)
+        run_microbatch(spark, pipeline_db, run_id="crashing", until=3)
     monkeypatch.undo()
-    assert processed_timestamps(spark) == [0]
+    assert processed_timestamps(Lake.of(pipeline_db)) == [0]
 
     monkeypatch.setattr(microbatch_job, "record_run_metrics", crash)  # dies just after it
     with pytest.raises(RuntimeError, match="driver killed"):
-        run_microbatch(spark, run_id="crashing-later", until=3)
+        run_microbatch(spark, pipeline_db, run_id="crashing-later", until=3)
     monkeypatch.undo()
-    assert processed_timestamps(spark) == [0, 1, 2, 3]
+    assert processed_timestamps(Lake.of(pipeline_db)) == [0, 1, 2, 3]
 
-    report = run_microbatch(spark, run_id="rest")
+    report = run_microbatch(spark, pipeline_db, run_id="rest")
     assert report.timestamps == [4, 5] and not report.replayed
-    assert processed_timestamps(spark) == list(range(T + 1))
-    _assert_equal(_state_results(spark), oracle[T])
+    assert processed_timestamps(Lake.of(pipeline_db)) == list(range(T + 1))
+    _assert_equal(_state_results(pipeline_db), oracle[T])
     dup = spark.sql("SELECT t, sub_id, change, count(*) AS n FROM result_changes GROUP BY 1, 2, 3 HAVING n > 1")
     assert dup.count() == 0
     per_t = {r.t: r.n for r in spark.sql("SELECT t, count(*) AS n FROM worker_metrics GROUP BY t").collect()}
@@ -250,37 +265,36 @@ def test_a_crash_before_or_after_the_journal_commit_loses_and_duplicates_nothing
 
 
 def test_follow_mode_refuses_too_few_task_slots(spark, pipeline_db, tmp_path):
-    from dkmsks.spark.follow import FollowSession
+    from dkmsks.jobs.follow import FollowSession
 
-    _partition(spark, "dkm", 2)
+    _partition(spark, pipeline_db, "dkm", 2)
     with pytest.raises(ValueError, match=r"at least m \+ 1 = 3 task slots"):
-        FollowSession(spark, spool_root=tmp_path, run_id="f").start()
+        FollowSession(spark, pipeline_db, run_id="f").start()
 
 
 def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(spark, pipeline_db, workload, tmp_path):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.follow import FollowSession, StateChanged
-    from dkmsks.spark.partition_job import PartitionParams, run_repartition
+    from dkmsks.jobs.follow import FollowSession, StateChanged
+    from dkmsks.jobs.partition import run_repartition
 
     oracle = workload[3]
     # The test session has 2 task slots: one for the long-running worker task, one for the
     # driver's reads and commits.
-    _partition(spark, "dkm", 1)
-    with FollowSession(spark, spool_root=tmp_path, run_id="follow") as session:
+    _partition(spark, pipeline_db, "dkm", 1)
+    with FollowSession(spark, pipeline_db, run_id="follow") as session:
         for t in range(1, 4):
             report = session.step(max_timestamps=1)
             assert report.timestamps == [t]
-            _assert_equal(_state_results(spark), oracle[t])
+            _assert_equal(_state_results(pipeline_db), oracle[t])
         assert session.step(until=3).timestamps == []
-        run_repartition(spark, PartitionParams(method="sop", workers=1, theta=4), run_id="re")
+        run_repartition(spark, pipeline_db, PartitionConfig(method="sop", workers=1, theta=4), run_id="re")
         with pytest.raises(StateChanged):
             session.step()
-    with FollowSession(spark, spool_root=tmp_path, run_id="follow-2") as session:
+    with FollowSession(spark, pipeline_db, run_id="follow-2") as session:
         assert session.step().timestamps == [4, 5]
-    _assert_equal(_state_results(spark), oracle[T])
+    _assert_equal(_state_results(pipeline_db), oracle[T])
     for t in range(T + 1):
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
-    assert list(tmp_path.iterdir()) == []  # spools are removed
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
+    assert list(pipeline_db.spool_dir.iterdir()) == []  # spools are removed
 
 
 def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_stay_live(
@@ -291,10 +305,8 @@ def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_s
     first within a timestamp), so deleting the ids again at t=3 is accepted, not quarantined."""
     import gzip
 
-    from dkmsks.spark import tables
-    from dkmsks.spark.export import results_as_of
     from dkmsks.spark.ingest import ingest_events, ingest_objects
-    from dkmsks.spark.microbatch_job import run_microbatch
+    from dkmsks.jobs.microbatch import run_microbatch
 
     folder = workload[0]
     with gzip.open(folder / "events.tsv.gz", "rt", encoding="utf-8") as fh:
@@ -319,18 +331,17 @@ def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_s
     assert load.rejections == []
     oracle = {t: oracle_results(objs, load.events, t) for t in range(T + 1)}
 
-    tables.ensure_tables(spark)
     ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
     assert ingest_events(spark, events_path, run_id="test").rejected == 0
-    _partition(spark, "dkm", 20)
-    run_microbatch(spark, run_id="to-2", until=2, compaction="never")
+    _partition(spark, fresh_db, "dkm", 20)
+    run_microbatch(spark, fresh_db, run_id="to-2", until=2, compaction="never")
     live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
     assert live == len(oracle[2])
-    run_microbatch(spark, run_id="to-3", until=3, compaction="always")
+    run_microbatch(spark, fresh_db, run_id="to-3", until=3, compaction="always")
     assert spark.table("quarantine").count() == 0
-    run_microbatch(spark, run_id="rest", compaction="never")
+    run_microbatch(spark, fresh_db, run_id="rest", compaction="never")
     for t in range(T + 1):
-        _assert_equal(results_as_of(spark, t)[1], oracle[t])
+        _assert_equal(_results_at(fresh_db, t), oracle[t])
     assert spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n == len(oracle[T])
 
 
@@ -338,13 +349,13 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
                                                                       capfd):
     import numpy as np
 
-    from dkmsks.spark import driver_data, microbatch_job
-    from dkmsks.spark.microbatch_job import run_microbatch
-    from dkmsks.spark.plan_cache import cache_dir
-
+    from dkmsks.jobs import microbatch as microbatch_job
+    from dkmsks.spark import driver_data
+    from dkmsks.jobs.microbatch import run_microbatch
+    
     oracle = workload[3]
-    _partition(spark, "dkm", 3)
-    path = cache_dir(spark) / "oinit-stats-t0_0.npz"
+    _partition(spark, pipeline_db, "dkm", 3)
+    path = pipeline_db.cache_dir / "oinit-stats-t0_0.npz"
     assert path.is_file()
     with np.load(path, allow_pickle=False) as saved:
         assert int(saved["n_objects"]) == SPEC.o_init
@@ -358,16 +369,16 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
 
     monkeypatch.setattr(driver_data, "read_objects_between", watched)
     monkeypatch.setattr(microbatch_job, "read_objects_between", watched)
-    run_microbatch(spark, run_id="cached", until=2)
+    run_microbatch(spark, pipeline_db, run_id="cached", until=2)
     assert reads == [(0, 2)]  # the pending objects only: O_init came from the file
-    _assert_equal(_state_results(spark), oracle[2])
+    _assert_equal(_state_results(pipeline_db), oracle[2])
 
     # A damaged file is rebuilt (never trusted), and the results stay exact.
     path.write_bytes(b"not an npz file")
     reads.clear()
-    run_microbatch(spark, run_id="damaged", until=3)
+    run_microbatch(spark, pipeline_db, run_id="damaged", until=3)
     assert (None, 0) in reads
     assert "plan cache: ignoring" in capfd.readouterr().err
-    _assert_equal(_state_results(spark), oracle[3])
+    _assert_equal(_state_results(pipeline_db), oracle[3])
     with np.load(path, allow_pickle=False) as saved:  # written again, whole
         assert int(saved["n_objects"]) == SPEC.o_init

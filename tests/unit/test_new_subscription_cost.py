@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from partition_helpers import BruteStats, ball_box, random_world, space_of
 
+from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, Rect, Subscriptions, SubscriptionEvents, results_equal
@@ -71,7 +72,7 @@ def test_new_cost_must_be_known(world) -> None:
     plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=20, gamma2=8)
     with pytest.raises(ValueError, match="new_cost"):
         MainServer(plan, stats, index, new_cost="guess")
-    assert MainServer(plan, stats, index).new_cost == "paper"
+    assert MainServer(plan, stats, index).new_cost == "live"  # the default (dkmsks.core.config)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -148,7 +149,7 @@ def test_refresh_shrinking_ball_lowers_cost_dkm(world) -> None:
 def test_paper_mode_ignores_refresh(world) -> None:
     objects, subs, space, stats, index, knn, new = world
     plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=20, gamma2=8)
-    server = MainServer(plan, stats, index)  # new_cost="paper"
+    server = MainServer(plan, stats, index, new_cost="paper")
     server.assign(new)
     before_l, before_c = server.load_weight, server.lookup_weights(new.ids)[1]
     assert server.refresh(new.ids, np.zeros(len(new))) == 0
@@ -176,9 +177,9 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
     squared radius costed before (``refresh_shrink``); results exact and equal to the paper
     mode's."""
     objects, events = small_workload(11)
-    engine, setup = build_engine(method, objects, events, 3, theta=2, gamma1=10, gamma2=8,
-                                 grid=8, new_cost="live")
-    paper, _ = build_engine(method, objects, events, 3, theta=2, gamma1=10, gamma2=8, grid=8)
+    config = PartitionConfig(method=method, workers=3, theta=2, gamma1=10, gamma2=8, grid=8)
+    engine, setup = build_engine(config.replace(new_cost="live"), objects, events)
+    paper, _ = build_engine(config.replace(new_cost="paper"), objects, events)
     server, plan = setup.server, setup.plan
     o_init = objects.take(np.flatnonzero(objects.t <= 0))
     brute = BruteStats(o_init)

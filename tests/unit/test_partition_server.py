@@ -110,7 +110,7 @@ def brute_rn(objects, new, space):
 def test_assign_estimates_and_loads(world, method: str) -> None:
     objects, subs, space, stats, index, knn, new = world
     plan = partition(method, stats, knn, subs, space, m=4, theta=3, gamma1=20, gamma2=8)
-    server = MainServer(plan, stats, index)
+    server = MainServer(plan, stats, index, new_cost="paper")
     brute = BruteStats(objects)
     rn = brute_rn(objects, new, space)
     assert rn[3] == space.as_tuple() and rn[4] == space.as_tuple()  # infinite balls
@@ -149,7 +149,7 @@ def test_assign_estimates_and_loads(world, method: str) -> None:
 def test_dkm_estimate_uses_s_star(world) -> None:
     objects, subs, space, stats, index, knn, new = world
     plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=30, gamma2=8)
-    server = MainServer(plan, stats, index)
+    server = MainServer(plan, stats, index, new_cost="paper")
     _, star = server.estimate_weights(new)
     for i, r in enumerate(brute_rn(objects, new, space)):
         assert star[i] == brute_argmax(plan.subsets.rect, np.array(r))[0]
@@ -161,7 +161,7 @@ def test_dkm_estimate_uses_s_star(world) -> None:
 def test_delete_and_reregister(world) -> None:
     objects, subs, space, stats, index, knn, new = world
     plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=30, gamma2=8)
-    server = MainServer(plan, stats, index)
+    server = MainServer(plan, stats, index, new_cost="paper")
     server.assign(new)
     victims = np.concatenate([subs.ids[:50], new.ids[:2]])
     before = server.load_weight
@@ -187,9 +187,9 @@ def test_delete_and_reregister(world) -> None:
 
 def test_kop_needs_no_knn_but_others_do(world) -> None:
     objects, subs, space, stats, index, knn, new = world
-    kop = MainServer(partition("kop", stats, None, subs, space, m=2), stats)
+    kop = MainServer(partition("kop", stats, None, subs, space, m=2), stats, new_cost="paper")
     assert kop.assign(new).shape == (len(new),)
-    sop = MainServer(partition("sop", stats, knn, subs, space, m=2), stats)
+    sop = MainServer(partition("sop", stats, knn, subs, space, m=2), stats, new_cost="paper")
     with pytest.raises(ValueError, match="StaticKnnIndex"):
         sop.assign(new)
     # unless the caller hands over the kNN of the new subscriptions
@@ -201,6 +201,6 @@ def test_server_from_json_plan_is_the_same(world) -> None:
     plan = partition("dkm", stats, knn, subs, space, m=5, gamma1=30, gamma2=8)
     from dkmsks.core.partition import PartitionPlan
 
-    a = MainServer(plan, stats, index)
-    b = MainServer(PartitionPlan.from_json(plan.to_json()), stats, index)
+    a = MainServer(plan, stats, index, new_cost="paper")
+    b = MainServer(PartitionPlan.from_json(plan.to_json()), stats, index, new_cost="paper")
     assert a.assign(new).tolist() == b.assign(new).tolist()

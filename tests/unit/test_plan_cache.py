@@ -54,24 +54,3 @@ def test_a_damaged_or_foreign_format_file_is_refused(tmp_path, rng, capsys):
     path.with_suffix(".npy").rename(path)  # pickled objects are never loaded
     assert plan_cache._load(path, Vocabulary(), ("table-1", 50)) is None
     assert capsys.readouterr().err.count("plan cache: ignoring") == 3
-
-
-def test_the_cache_lives_beside_a_local_warehouse_only():
-    class Conf:
-        def __init__(self, wh):
-            self.wh = wh
-
-        def get(self, key):
-            assert key == "spark.sql.warehouse.dir"
-            return self.wh
-
-    class Spark:
-        def __init__(self, wh):
-            self.conf = Conf(wh)
-            self.catalog = type("C", (), {"currentDatabase": staticmethod(lambda: "db1")})()
-
-    from pathlib import Path
-
-    assert plan_cache.cache_dir(Spark("file:/w/tables")) == Path("/w/cache/db1")
-    assert plan_cache.cache_dir(Spark("/w/tables")) == Path("/w/cache/db1")
-    assert plan_cache.cache_dir(Spark("s3a://bucket/w/tables")) is None

@@ -62,33 +62,3 @@ def test_the_lock_is_reentrant_within_a_process_and_released_after(tmp_path):
     proc = _holder(path)  # another process gets it once we let go
     proc.kill()
     proc.wait()
-
-
-HOLD_METASTORE = """
-import sys, time
-from dkmsks.spark.session import hold_metastore_lock
-hold_metastore_lock(sys.argv[1], "follow-mode")
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
-def test_a_second_spark_job_on_an_embedded_metastore_waits_then_fails_naming_the_holder(tmp_path):
-    """Embedded Derby admits one JVM: ``dkm sql`` next to a running job waits on the warehouse's
-    metastore lock (saying so) and gives up with the holder's name — before starting a JVM."""
-    wh = tmp_path / "wh"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_METASTORE, str(wh)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
-    try:
-        dkm = os.path.join(os.path.dirname(sys.executable), "dkm")
-        started = time.monotonic()
-        out = subprocess.run([dkm, "sql", "--warehouse", str(wh), "SELECT 1"], capture_output=True, text=True,
-                             env=dict(os.environ, DKMSKS_LOCK_TIMEOUT="2"), timeout=120)
-        assert out.returncode == 3, out.stderr
-        assert "waiting for the embedded metastore" in out.stderr
-        assert re.search(r"busy: .*holder: follow-mode \(embedded metastore\) pid \d+", out.stderr), out.stderr
-        assert "Traceback" not in out.stderr
-        assert time.monotonic() - started < 60  # gave up at the lock, not after Hive's Derby retries
-    finally:
-        proc.kill()
-        proc.wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dkmsks.commands.spark_common import add_warehouse, session
+from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,9 +14,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write the exact results at a processed timestamp as JSON lines",
         description=("Writes one JSON line per live subscription at --as-of T (default: the last "
                      "processed timestamp): {sub_id, t, object_ids, distances}, ordered by "
-                     "(distance, object id). Earlier timestamps come from Delta time travel."),
+                     "(distance, object id). Earlier timestamps come from Delta time travel. Reads the "
+                     "Delta logs directly (no Spark): safe while the pipeline runs."),
     )
-    add_warehouse(p)
+    add_warehouse(p, spark=False)
     p.add_argument("--as-of", type=int, default=None, help="processed timestamp (default: the last)")
     p.add_argument("--out", type=Path, required=True, help="output file (.jsonl)")
     p.set_defaults(func=run)
@@ -25,12 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dkmsks.io.formats import write_results
     from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.lake import Lake
 
-    spark = session(args, "dkmsks-export")
-    try:
-        t, results = results_as_of(spark, args.as_of)
-    finally:
-        spark.stop()
+    t, results = results_as_of(Lake.of(warehouse_of(args)), args.as_of)
     n = write_results(args.out, results, t)
     print(f"wrote {n:,} results at t={t} to {args.out}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from dkmsks.commands.spark_common import add_warehouse
+from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,13 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dkmsks.spark.follow import follow_forever
-    from dkmsks.spark.session import build_session, use_database
+    from dkmsks.jobs.follow import follow_forever
 
-    spark = build_session(args.warehouse, app_name="dkmsks-follow", master=args.master or f"local[{args.slots}]")
-    use_database(spark, args.database)
+    warehouse = warehouse_of(args)
+    spark = session(args, "dkmsks-follow", warehouse, master=args.master or f"local[{args.slots}]")
     try:
-        return follow_forever(spark, spool_root=args.warehouse / "_spool", run_id="follow", until=args.until,
+        return follow_forever(spark, warehouse, run_id="follow", until=args.until,
                               max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
                               log=lambda text: print(text, flush=True))
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dkmsks.commands.spark_common import add_warehouse, session
+from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,9 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from dkmsks.spark import tables
     from dkmsks.spark.ingest import ingest_events, ingest_objects
 
-    spark = session(args, "dkmsks-publish")
+    spark = session(args, "dkmsks-publish", warehouse_of(args))
     try:
-        tables.ensure_tables(spark)
         lasts = [spark.table(t).agg(F.max("t").alias("t")).collect()[0].t for t in (tables.OBJECTS, tables.EVENTS)]
         last = max((x for x in lasts if x is not None), default=None)
         if last is None:

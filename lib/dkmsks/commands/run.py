@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from dkmsks.commands.spark_common import add_tuning, add_warehouse, session
+from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
+from dkmsks.flags import add_partition_flags, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--objects", type=Path, required=True, help="objects file")
     p.add_argument("--events", type=Path, required=True, help="subscription events file")
     add_warehouse(p)
-    add_tuning(p)
+    add_partition_flags(p)
     p.add_argument("--until", type=int, default=None, help="ingest and process timestamps up to T only")
     p.add_argument("--timestamps-per-run", type=int, default=None,
                    help="commit every N timestamps (default: all pending in one run)")
@@ -34,42 +35,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from dkmsks.spark import tables
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.jobs.partition import run_partition
     from dkmsks.spark.ingest import ingest_events, ingest_objects
-    from dkmsks.spark.driver_data import pending_timestamps
-    from dkmsks.spark.microbatch_job import current_plan, last_processed, open_lake, run_microbatch
-    from dkmsks.spark.partition_job import PartitionParams, run_partition
+    from dkmsks.spark.journal import last_processed, pending_timestamps
+    from dkmsks.spark.lake import Lake
+    from dkmsks.spark.plans import current_plan
 
+    config = config_from_args(args)
+    warehouse = warehouse_of(args)
     started = time.perf_counter()
-    spark = session(args, "dkmsks-run")
+    spark = session(args, "dkmsks-run", warehouse)
 
     def say(text: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
     try:
-        tables.ensure_tables(spark)
         for fn, path in ((ingest_objects, args.objects), (ingest_events, args.events)):
             r = fn(spark, path, run_id="run", upto=args.until)
             say(f"ingested {path.name}: {r.accepted:,} rows into {r.table}, {r.rejected:,} quarantined")
-        info = current_plan(spark)
+        lake = Lake.of(warehouse)
+        info = current_plan(lake)
         if info is None:
-            params = PartitionParams(method=args.method, workers=args.workers, theta=args.theta,
-                                     gamma1=args.gamma1, gamma2=args.gamma2, grid=args.grid, t0=args.t0,
-                                     new_cost=args.new_cost)
-            rep = run_partition(spark, params, run_id="run")
+            rep = run_partition(spark, warehouse, config, run_id="run")
             say(f"partitioned {rep.subscriptions:,} subscriptions with {rep.method} over m={rep.workers} "
                 f"({rep.subsets:,} subsets): " + ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in rep.phases_ms.items()))
+        elif (info.config.method, info.workers) != (config.method, config.workers):
+            say(f"note: the warehouse already has plan {info.plan_version} ({info.method}, m={info.workers}); "
+                "continuing with it (use a fresh --warehouse for another method)")
         else:
-            if (info.method, info.workers) != (args.method, args.workers):
-                say(f"note: the warehouse already has plan {info.plan_version} ({info.method}, m={info.workers}); "
-                    "continuing with it (use a fresh --warehouse for another method)")
-            else:
-                say(f"plan {info.plan_version} exists ({info.method}, m={info.workers})")
-        lake = open_lake(spark)
+            say(f"plan {info.plan_version} exists ({info.method}, m={info.workers})")
         pending = pending_timestamps(lake, last_processed(lake), args.until)
         with tqdm(total=len(pending), unit="ts", desc="timestamps", disable=not pending) as bar:
             while True:
-                rep = run_microbatch(spark, run_id="run", until=args.until, max_timestamps=args.timestamps_per_run)
+                rep = run_microbatch(spark, warehouse, run_id="run", until=args.until,
+                                     max_timestamps=args.timestamps_per_run)
                 if not rep.timestamps:
                     break
                 bar.update(len(rep.timestamps))

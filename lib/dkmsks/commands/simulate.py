@@ -15,10 +15,7 @@ import time
 from pathlib import Path
 
 from dkmsks.commands.common import print_rejections
-
-#: Shown in --help without importing numpy; a test checks it equals ``DEFAULT_GRID``.
-GRID_HELP_DEFAULT = 16384
-
+from dkmsks.flags import add_partition_flags, config_from_args
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -36,41 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--objects", type=Path, required=True, help="objects file (.tsv[.gz], .csv, .parquet)")
     p.add_argument("--events", type=Path, required=True, help="subscription events file")
-    p.add_argument("--method", choices=("kop", "sop", "dkm"), required=True,
-                   help="partitioner and worker index (DESIGN §2)")
-    p.add_argument("--workers", type=int, required=True, help="number of simulated workers M")
     p.add_argument("--export", type=Path, default=None,
                    help="write the results at --as-of as JSON lines (.jsonl[.gz])")
     p.add_argument("--as-of", type=int, default=None,
                    help="process timestamps up to T (default: the last timestamp in the inputs)")
-    p.add_argument("--t0", type=int, default=0,
-                   help="initial phase ends at T0: objects/insertions with t <= T0 are O_init and S (%(default)s)")
-    p.add_argument("--theta", type=int, default=20, help="SOP: regions per worker θ (%(default)s)")
-    p.add_argument("--gamma1", type=int, default=100_000,
-                   help="DkM-SKS: Algorithm 2 targets γ1·M subsets (%(default)s)")
-    p.add_argument("--gamma2", type=int, default=20,
-                   help="DkM-SKS: subsets of at most γ2 subscriptions try Hybrid-Partition (%(default)s)")
-    p.add_argument("--grid", type=int, default=None,
-                   help=f"DkM-SKS worker grid: G x G fine cells, plus coarser levels (default: {GRID_HELP_DEFAULT})")
-    p.add_argument("--new-cost", choices=("paper", "live"), default="live",
-                   help="main server's cost of a new subscription: 'paper' = its ball in O_init "
-                        "(Eq. 1 / Eq. 2 / Eq. 7+5), 'live' = its actual ball (the whole space until "
-                        "it has k results), re-estimated when the ball shrinks (%(default)s; "
-                        "docs/benchmarks.md has the measurement behind the default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-timestamp table")
+    add_partition_flags(p, required=("method", "workers"))
     p.set_defaults(func=run)
-
-
-def _check(args: argparse.Namespace) -> None:
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    for name in ("theta", "gamma1"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.gamma2 < 0:
-        raise ValueError(f"--gamma2 must be >= 0, got {args.gamma2}")
-    if args.grid is not None and args.grid < 1:
-        raise ValueError(f"--grid must be >= 1, got {args.grid}")
 
 
 def format_table(rows: list[dict[str, float | int]]) -> str:
@@ -115,10 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     from dkmsks.core.engine import build_engine
     from dkmsks.core.model import Vocabulary
-    from dkmsks.core.worker_index import DEFAULT_GRID
     from dkmsks.io.formats import read_events, read_objects, write_results
 
-    _check(args)
+    config = config_from_args(args)
     started = time.perf_counter()
     vocab = Vocabulary()
     objects_load = read_objects(args.objects, vocab)
@@ -130,25 +98,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.objects} holds no valid object")
     last = max(int(a.max()) for a in (objects.t, events.t) if a.size)
     as_of = last if args.as_of is None else int(args.as_of)
-    if as_of < args.t0:
-        raise ValueError(f"--as-of {as_of} is before the end of the initial phase --t0 {args.t0}")
+    if as_of < config.t0:
+        raise ValueError(f"--as-of {as_of} is before the end of the initial phase --t0 {config.t0}")
 
-    grid = args.grid if args.grid is not None else DEFAULT_GRID
-    engine, setup = build_engine(
-        args.method, objects, events, args.workers, t0=args.t0, theta=args.theta,
-        gamma1=args.gamma1, gamma2=args.gamma2, grid=grid, clock=time.perf_counter,
-        new_cost=args.new_cost,
-    )
+    engine, setup = build_engine(config, objects, events, clock=time.perf_counter)
     loaded = time.perf_counter()
     print(
         f"initial phase: |O_init| = {setup.n_objects:,}, |S| = {setup.n_subscriptions:,}; "
-        f"kNN in O_init {setup.time_knn_init:.1f} s, partition ({args.method}, M={args.workers}, new-cost {args.new_cost}) "
+        f"kNN in O_init {setup.time_knn_init:.1f} s, partition ({config.method.value}, M={config.workers}, new-cost {config.new_cost.value}) "
         f"{setup.time_partition:.1f} s, worker indexes {setup.time_load:.1f} s "
         f"(inputs read in {loaded - started - setup.time_knn_init - setup.time_partition - setup.time_load:.1f} s)",
         file=sys.stderr,
     )
-    stream = np.union1d(objects.t[(objects.t > args.t0) & (objects.t <= as_of)],
-                        events.t[(events.t > args.t0) & (events.t <= as_of)])
+    stream = np.union1d(objects.t[(objects.t > config.t0) & (objects.t <= as_of)],
+                        events.t[(events.t > config.t0) & (events.t <= as_of)])
     rows: list[dict[str, float | int]] = []
     with tqdm(total=int(stream.shape[0]), unit="ts", disable=args.quiet, file=sys.stderr) as bar:
         for metrics in engine.run(objects, events, until=as_of):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dkmsks.commands.spark_common import add_warehouse, session
+from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    spark = session(args, "dkmsks-sql")
+    spark = session(args, "dkmsks-sql", warehouse_of(args))
     try:
         spark.sql(args.statement).show(args.limit, truncate=False)
     finally:

@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.config import PartitionConfig
 from dkmsks.core.model import (
     Float64Array,
     Int64Array,
@@ -43,6 +44,7 @@ from dkmsks.core.model import (
     SubscriptionEvents,
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
+from dkmsks.core.protocol import add_insertions, remove_deletions, route_deletions, route_insertions
 from dkmsks.core.update import Worker
 from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID
 
@@ -233,27 +235,20 @@ class Engine:
         wall0 = clock()
         dels = np.asarray(deletions, dtype=np.int64)
 
-        # Main-server parts run in sequence; the workers' parts run in parallel in the real
-        # system, so (as for the kNN update) the slowest worker's part counts.
+        # The protocol of DESIGN §1 (dkmsks.core.protocol). Main-server parts run in sequence;
+        # the workers' parts run in parallel in the real system, so (as for the kNN update)
+        # the slowest worker's part counts.
         m = self.m
+        c0 = clock()
+        routed_del = route_deletions(self.assigner, t, dels)
+        server_del = clock() - c0
         held = 0
-        server_del = 0.0
         del_wt = np.zeros(m)
         if dels.shape[0]:
-            c0 = clock()
-            try:
-                routed = self.assigner.delete(dels)
-            except KeyError as err:  # MainServer refuses ids that are not live
-                raise ValueError(f"t={t}: {err.args[0]}; a deletion must name a live subscription") from None
-            server_del = clock() - c0
-            if routed is None:
-                targets = [(w, dels) for w in range(m)]
-            else:
-                routed = np.asarray(routed, dtype=np.int64)
-                targets = [(w, dels[routed == w]) for w in np.unique(routed[routed >= 0]).tolist()]
-            for w, ids in targets:
+            asked = range(m) if np.any(routed_del.workers < 0) else np.unique(routed_del.workers).tolist()
+            for w in asked:
                 c0 = clock()
-                held += self.workers[w].remove(ids)
+                held += remove_deletions(self.workers[w], w, routed_del)
                 del_wt[w] = clock() - c0
         time_delete = server_del + float(del_wt.max())
         if held != dels.shape[0]:
@@ -262,18 +257,15 @@ class Engine:
                 "the events file must only delete registered subscriptions"
             )
 
-        server_ins = 0.0
+        c0 = clock()
+        routed_ins = route_insertions(self.assigner, t, insertions)
+        server_ins = clock() - c0
         ins_wt = np.zeros(m)
-        if len(insertions):
+        for w in np.unique(routed_ins.workers).tolist():
             c0 = clock()
-            where = np.asarray(self.assigner.assign(insertions), dtype=np.int64)
-            server_ins = clock() - c0
-            for w in np.unique(where).tolist():
-                c0 = clock()
-                # A new subscription starts with an empty result (DESIGN §1); SOP places it in
-                # the local subset whose R holds it.
-                self.workers[w].add(insertions.take(np.flatnonzero(where == w)), None)
-                ins_wt[w] = clock() - c0
+            # A new subscription starts with an empty result (DESIGN §1).
+            add_insertions(self.workers[w], w, routed_ins)
+            ins_wt[w] = clock() - c0
         time_insert = server_ins + float(ins_wt.max())
 
         wt = np.zeros(m)
@@ -405,28 +397,21 @@ class Setup:
 
 
 def build_engine(
-    method: str,
+    config: PartitionConfig,
     objects: Objects,
     events: SubscriptionEvents,
-    workers: int,
     *,
-    t0: int = 0,
-    theta: int = 20,
-    gamma1: int = 100_000,
-    gamma2: int = 20,
-    grid: int = DEFAULT_GRID,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
-    new_cost: str = "paper",
     **index_options: float,
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
-    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``method`` (DESIGN §2) and
-    its main server (``new_cost``: how it estimates new subscriptions, ``"paper"`` or
-    ``"live"``, see :mod:`dkmsks.core.partition.server`), and an :class:`Engine` loaded with
-    every initial subscription.
+    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``config.method`` (DESIGN §2)
+    and its main server (``config.new_cost``: how it estimates new subscriptions, see
+    :mod:`dkmsks.core.partition.server`), and an :class:`Engine` loaded with every initial
+    subscription.
 
-    Returns the engine (ready for :meth:`Engine.run` from ``t0 + 1``) and a :class:`Setup`.
+    Returns the engine (ready for :meth:`Engine.run` from ``config.t0 + 1``) and a :class:`Setup`.
     """
     from dkmsks.core.knn_init import StaticKnnIndex
     from dkmsks.core.model import data_space
@@ -434,6 +419,7 @@ def build_engine(
     from dkmsks.core.stats import ObjectStatistics
 
     clock_ = clock or _no_clock
+    method, workers, t0 = config.method.value, config.workers, config.t0
     o_init, subs = initial_phase(objects, events, t0)
     space = data_space(o_init, subs)
     # Vocabulary size: every keyword id seen anywhere (ids beyond O_init's simply count 0).
@@ -448,12 +434,12 @@ def build_engine(
     knn = knn_index.query(subs, width=width)
     c1 = clock_()
     stats = ObjectStatistics.build(o_init, n_keywords)
-    plan = partition(method, stats, knn, subs, space, m=workers, theta=theta, gamma1=gamma1, gamma2=gamma2)
-    server = MainServer(plan, stats, knn_index, new_cost=new_cost)
+    plan = partition(config.method, stats, knn, subs, space, **config.partition_kwargs())
+    server = MainServer(plan, stats, knn_index, new_cost=config.new_cost)
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
-    engine = Engine(method, space, workers, server, clock=clock, grid=grid, budget=budget, **index_options)
+    engine = Engine(method, space, workers, server, clock=clock, grid=config.grid, budget=budget, **index_options)
     groups = plan.subset if plan.method.value == "sop" else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)
     c3 = clock_()

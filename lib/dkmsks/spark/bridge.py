@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabulary
+from dkmsks.core.protocol import RoutedDeletions, RoutedInsertions, add_insertions, remove_deletions
 from dkmsks.core.update import Worker
 
 #: Arrow schema of the output records.
@@ -156,8 +157,6 @@ class WorkerSession:
         state = worker.state
         obj_kw = payload.obj_keywords.encode(vocab)
         ins_kw_all = payload.ins_keywords.encode(vocab)
-        mine_del = np.flatnonzero(payload.del_worker == worker_id)
-        mine_ins = np.flatnonzero(payload.ins_worker == worker_id)
         out = _Records(worker_id)
         objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
         width = max(1, int(payload.probe_timestamps))
@@ -171,24 +170,24 @@ class WorkerSession:
             times: dict[int, tuple[float, float]] = {}
             for t in group:
                 started = time.perf_counter()
-                dels = mine_del[payload.del_t[mine_del] == t]
-                deleted[t] = payload.del_ids[dels]
-                if dels.shape[0]:
-                    worker.remove(deleted[t], t=t)
+                at = np.flatnonzero(payload.del_t == t)
+                routed_del = RoutedDeletions(t, payload.del_ids[at], payload.del_worker[at])
+                deleted[t] = routed_del.ids[routed_del.workers == worker_id]
+                if remove_deletions(worker, worker_id, routed_del, at_t=True):
                     for sid in deleted[t].tolist():
                         self._registered.pop(sid, None)
                 delete_ms = (time.perf_counter() - started) * 1e3
 
                 started = time.perf_counter()
-                ins = mine_ins[payload.ins_t[mine_ins] == t]
-                inserted[t] = payload.ins_ids[ins]
-                if ins.shape[0]:
-                    subs = Subscriptions(payload.ins_ids[ins], payload.ins_x[ins], payload.ins_y[ins],
-                                         ins_kw_all.take(ins), payload.ins_k[ins], payload.ins_t[ins])
-                    groups = np.full(ins.shape[0], -1, dtype=np.int64) if self.sop else None
-                    worker.add(subs, None, groups=groups)
-                    for j in ins.tolist():
-                        self._registered[int(payload.ins_ids[j])] = int(payload.ins_weight[j])
+                at = np.flatnonzero(payload.ins_t == t)
+                routed_ins = RoutedInsertions(
+                    t, Subscriptions(payload.ins_ids[at], payload.ins_x[at], payload.ins_y[at], ins_kw_all.take(at),
+                                     payload.ins_k[at], payload.ins_t[at]),
+                    payload.ins_worker[at], payload.ins_weight[at])
+                rows = add_insertions(worker, worker_id, routed_ins)
+                inserted[t] = routed_ins.subs.ids[rows]
+                for sid, weight in zip(inserted[t].tolist(), routed_ins.weights[rows].tolist(), strict=True):
+                    self._registered[sid] = weight
                 live[t] = len(worker)
                 times[t] = (delete_ms, (time.perf_counter() - started) * 1e3)
 

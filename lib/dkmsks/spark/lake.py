@@ -9,7 +9,7 @@ the same idempotent transaction ids Spark uses (``txnAppId``/``txnVersion``).
 
 Spark keeps the heavy and the set-based work: ingestion MERGEs, the partition job, the
 compaction MERGE into ``knn_state``, views and user SQL. Table locations come from the
-Spark catalog once per job; a :class:`Lake` is plain strings, so it pickles into tasks.
+:class:`~dkmsks.warehouse.Warehouse`; a :class:`Lake` is plain strings, so it pickles into tasks.
 
 Predicates are built here from typed values only (:func:`where`): integers are rendered by
 ``int()``, strings must be one of the callers' constants; no user text reaches the engine.
@@ -18,13 +18,18 @@ Predicates are built here from typed values only (:func:`where`): integers are r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from dkmsks.warehouse import Warehouse
+
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class MissingTable(FileNotFoundError):
+    """A table of the project has not been created in this warehouse yet."""
 
 
 def where(**conditions: Any) -> str | None:
@@ -53,36 +58,28 @@ def where(**conditions: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Lake:
-    """Locations of the project's tables (one database), resolved from the Spark catalog."""
+    """Locations of the project's tables (one warehouse database), as plain strings."""
 
     uris: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
-    def of(spark: Any, names: Iterable[str]) -> Lake:
-        from pathlib import Path
+    def of(warehouse: Warehouse) -> Lake:
+        """Every table of ``warehouse`` (:data:`dkmsks.spark.tables.ALL_TABLES`) by its path."""
+        from dkmsks.spark.tables import ALL_TABLES
 
-        from delta.tables import DeltaTable
-
-        # Managed tables live at <warehouse dir>/<name> (default database) or
-        # <warehouse dir>/<database>.db/<name>; asking Delta (DESCRIBE DETAIL) costs a Spark
-        # job per table, so the convention is tried first and Delta only as the fallback.
-        root = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
-        database = spark.catalog.currentDatabase()
-        folder = root if database == "default" else root / f"{database}.db"
-        uris = {}
-        for name in names:
-            if (folder / name / "_delta_log").is_dir():
-                uris[name] = str(folder / name)
-            else:
-                uris[name] = str(DeltaTable.forName(spark, name).detail().select("location").first()[0])
-        return Lake(uris)
+        return Lake({name: str(warehouse.table_path(name)) for name in ALL_TABLES})
 
     def table(self, name: str, version: int | None = None) -> Any:
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
         if name not in self.uris:
-            raise KeyError(f"table {name} was not resolved for this job")
-        return DeltaTable(self.uris[name], version=version)
+            raise KeyError(f"table {name} is not one of the project's tables")
+        try:
+            return DeltaTable(self.uris[name], version=version)
+        except TableNotFoundError:
+            raise MissingTable(f"table {name} does not exist yet at {self.uris[name]}: ingest data first "
+                               "(dkm run, or the dkmsks_ingest DAG)") from None
 
     def read(self, name: str, *, columns: list[str] | None = None, predicate: str | None = None,
              version: int | None = None) -> pa.Table:

@@ -35,14 +35,6 @@ from dkmsks.spark.lake import Lake, where
 FORMAT = 1
 
 
-def cache_dir(spark: Any) -> Path | None:
-    """``<warehouse root>/cache/<database>``, or None when the warehouse is not a local path."""
-    warehouse = spark.conf.get("spark.sql.warehouse.dir")
-    if "://" in warehouse.removeprefix("file://") or not warehouse.removeprefix("file:").startswith("/"):
-        return None
-    return Path(warehouse.removeprefix("file:")).parent / "cache" / spark.catalog.currentDatabase()
-
-
 def _path(folder: Path, t0: int) -> Path:
     # Keyed by t0, not by plan: a repartition keeps the first plan's O_init (DESIGN §1).
     return folder / f"oinit-stats-t0_{int(t0)}.npz"

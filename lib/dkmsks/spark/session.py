@@ -1,17 +1,11 @@
-"""The one SparkSession factory: Delta Lake, loopback binding, a persistent metastore.
+"""The one SparkSession factory: Delta Lake, loopback binding, the warehouse's catalog.
 
 Tests, Spark apps and the CLI all build their session here so that every path runs with the
-same configuration. Tables live under ``<warehouse>/tables`` and the Hive metastore (embedded
-Derby) under ``<warehouse>/metastore_db``, so Spark SQL — ``dkm sql`` or the ``spark-sql``
-shell started with :func:`spark_sql_shell_args` — sees the tables and views across runs.
-
-Embedded Derby admits one JVM per metastore: a second one fails deep inside Hive after minutes
-of retries (``XSDB6``). So a session on an embedded metastore first takes the warehouse's
-*metastore lock* (an ``flock`` on ``<warehouse>/locks/metastore.lock``, freed by the kernel when
-the process dies) and keeps it while its JVM lives; a second job waits for it with a message
-naming the holder, up to ``DKMSKS_LOCK_TIMEOUT`` seconds. Jobs that must run side by side
-(follow mode next to ``dkm sql``) need an external metastore (docker-compose's PostgreSQL),
-set through ``extra_conf``/``spark-defaults``, which skips the lock.
+same configuration. Tables live under ``<warehouse>/tables``; the session's catalog is Spark's
+in-memory one, filled at start with the warehouse's tables (by path) and views
+(:mod:`dkmsks.spark.catalog`), so any number of sessions — follow mode, publishers, ``dkm sql``,
+DAG jobs — work on one warehouse at the same time, and ``spark-sql`` sees the same names
+through :func:`dkmsks.spark.catalog.spark_sql_init`.
 """
 
 from __future__ import annotations
@@ -19,7 +13,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
+
+from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,7 +33,7 @@ def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
 
 
 def session_conf(
-    warehouse: str | Path,
+    warehouse: Warehouse,
     *,
     master: str | None = None,
     jars_dir: str | Path | None = None,
@@ -45,22 +41,14 @@ def session_conf(
     ui: bool = False,
 ) -> dict[str, str]:
     """Every Spark setting of the project, as a plain dict (also used for spark-submit)."""
-    warehouse = Path(warehouse).resolve()
     jars = delta_jars(jars_dir)
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.catalogImplementation": "hive",
-        "spark.sql.warehouse.dir": str(warehouse / "tables"),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={warehouse / 'metastore_db'};create=true"
-        ),
-        # derby.log goes next to the metastore instead of the current directory;
-        # DKMSKS_DRIVER_JAVA_OPTS adds JVM flags (the test suite's short-lived drivers start
-        # 27% faster with -XX:TieredStopAtLevel=1: 11.3 -> 8.2 s for an empty micro-batch;
-        # that flag alone cuts the code cache to 48 MB, so scripts/test.sh sets it back).
-        "spark.driver.extraJavaOptions": " ".join(
-            [f"-Dderby.system.home={warehouse}", *os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").split()]),
+        # Tables are registered by path in each session (dkmsks.spark.catalog): no metastore
+        # to share, so no limit on how many processes use one warehouse.
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.warehouse.dir": str(warehouse.tables_root),
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "true" if ui else "false",
@@ -87,6 +75,12 @@ def session_conf(
         conf["spark.driver.maxResultSize"] = os.environ.get("DKMSKS_DRIVER_MAX_RESULT", "2g")
     if ui:
         conf["spark.ui.host"] = "127.0.0.1"
+    # DKMSKS_DRIVER_JAVA_OPTS adds JVM flags (the test suite's short-lived drivers start faster
+    # with -XX:TieredStopAtLevel=1; that flag alone cuts the code cache to 48 MB, so
+    # scripts/test.sh sets it back).
+    java_opts = os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").strip()
+    if java_opts:
+        conf["spark.driver.extraJavaOptions"] = java_opts
     if jars:
         conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:
@@ -95,7 +89,7 @@ def session_conf(
 
 
 def build_session(
-    warehouse: str | Path,
+    warehouse: Warehouse,
     *,
     app_name: str = "dkmsks",
     master: str | None = None,
@@ -104,7 +98,7 @@ def build_session(
     ui: bool = False,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession with Delta and the project's metastore under ``warehouse``.
+    """A SparkSession with Delta whose catalog holds ``warehouse``'s tables and views.
 
     ``master`` defaults to ``$DKMSKS_SPARK_MASTER`` or ``local[2]``; a ``spark://host:port``
     master works the same. Python workers use this interpreter (``PYSPARK_PYTHON``), so the
@@ -112,58 +106,33 @@ def build_session(
     """
     from pyspark.sql import SparkSession
 
+    from dkmsks.spark.catalog import register
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    Path(warehouse).mkdir(parents=True, exist_ok=True)
+    warehouse.root.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
     conf = session_conf(
         warehouse, master=master, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions, ui=ui
     )
     conf.update(extra_conf or {})
-    if conf["spark.hadoop.javax.jdo.option.ConnectionURL"].startswith("jdbc:derby:"):
-        hold_metastore_lock(warehouse, app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.enableHiveSupport().getOrCreate()
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    register(spark, warehouse)
     return spark
 
 
-#: Metastore locks this process holds: warehouse -> the open handle holding the flock.
-_metastore_locks: dict[str, IO[str]] = {}
-
-
-def metastore_lock_path(warehouse: str | Path) -> Path:
-    return Path(warehouse).resolve() / "locks" / "metastore.lock"
-
-
-def hold_metastore_lock(warehouse: str | Path, job: str, *, timeout: float | None = None) -> None:
-    """Take the embedded metastore's lock for the rest of this process (or until
-    :func:`stop_session_and_jvm`); a no-op when this process already holds it."""
-    from dkmsks.spark.writer_lock import acquire
-
-    key = str(Path(warehouse).resolve())
-    if key in _metastore_locks:
-        return
-    _metastore_locks[key] = acquire(
-        metastore_lock_path(warehouse), f"{job} (embedded metastore)", timeout=timeout,
-        on_wait=lambda holder: print(
-            f"{job}: waiting for the embedded metastore of {key}, held by {holder} "
-            f"(one Spark application per warehouse; up to DKMSKS_LOCK_TIMEOUT s)",
-            file=sys.stderr, flush=True))
-
-
 def stop_session_and_jvm(spark: SparkSession) -> None:
-    """Stop the session AND this process's JVM, then free the metastore lock.
+    """Stop the session AND this process's JVM (e.g. so a class-data archive is written).
 
-    ``spark.stop()`` alone leaves PySpark's JVM running with Derby booted (and its files
-    locked), which would lock out a child process using the same warehouse. PySpark's JVM
-    exits when its stdin closes; the next :func:`build_session` starts a fresh one.
+    ``spark.stop()`` alone leaves PySpark's JVM running; it exits when its stdin closes, and
+    the next :func:`build_session` starts a fresh one.
     """
     from pyspark import SparkContext
 
-    warehouse = spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:")
     spark.stop()
     gateway = SparkContext._gateway
     if gateway is not None:
@@ -179,26 +148,9 @@ def stop_session_and_jvm(spark: SparkSession) -> None:
                 proc.wait(timeout=60)
     SparkContext._gateway = None
     SparkContext._jvm = None
-    handle = _metastore_locks.pop(str(Path(warehouse).parent.resolve()), None)
-    if handle is not None:
-        from dkmsks.spark.writer_lock import release
-
-        release(handle)
 
 
-def use_database(spark: SparkSession, name: str | None) -> None:
-    """Make ``name`` (created if absent) the session's current database; None keeps ``default``.
-
-    One warehouse can hold several independent pipelines, one per database (tests and
-    benchmarks use this; every table and view name resolves in the current database).
-    """
-    if not name or name == "default":
-        return
-    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:db)", args={"db": name})
-    spark.catalog.setCurrentDatabase(name)
-
-
-def spark_submit_conf_args(warehouse: str | Path, **kwargs: object) -> list[str]:
+def spark_submit_conf_args(warehouse: Warehouse, **kwargs: object) -> list[str]:
     """``--conf k=v`` arguments reproducing :func:`session_conf` for spark-submit/spark-sql."""
     conf = session_conf(warehouse, **kwargs)  # type: ignore[arg-type]
     args: list[str] = []

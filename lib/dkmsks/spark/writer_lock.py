@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from dkmsks.warehouse import Warehouse
+
 DEFAULT_TIMEOUT = float(os.environ.get("DKMSKS_LOCK_TIMEOUT", "900"))
 
 _held: dict[str, tuple[Any, int]] = {}
@@ -32,15 +34,9 @@ class WriterBusy(RuntimeError):
     """Another job held the writer lock for longer than the caller was willing to wait."""
 
 
-def lock_path(spark: Any) -> Path:
-    warehouse = spark.conf.get("spark.sql.warehouse.dir")
-    root = Path(warehouse.removeprefix("file:")).parent
-    return root / "locks" / f"{spark.catalog.currentDatabase()}.lock"
-
-
-def writer_lock(spark: Any, job: str, *, timeout: float | None = None) -> Any:
-    """Hold the writer lock of the session's current database for the block."""
-    return file_lock(lock_path(spark), job, timeout=timeout)
+def writer_lock(warehouse: Warehouse, job: str, *, timeout: float | None = None) -> Any:
+    """Hold the writer lock of ``warehouse``'s database for the block."""
+    return file_lock(warehouse.writer_lock_path, job, timeout=timeout)
 
 
 @contextmanager

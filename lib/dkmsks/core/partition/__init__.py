@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dkmsks.core.config import DEFAULTS, Method, PartitionConfig
 from dkmsks.core.model import Rect, Subscriptions
 from dkmsks.core.partition._common import StatsLike, check_int_param, knn_radius2
 from dkmsks.core.partition.dkm import dkm_partition
 from dkmsks.core.partition.greedy import algorithm1, algorithm3
 from dkmsks.core.partition.kop import kop_partition
-from dkmsks.core.partition.plan import Method, PartitionPlan, SplitKind, SubsetTable
+from dkmsks.core.partition.plan import PartitionPlan, SplitKind, SubsetTable
 from dkmsks.core.partition.server import MainServer
 from dkmsks.core.partition.sop import sop_partition
 
@@ -50,9 +51,9 @@ def partition(
     space: Rect,
     *,
     m: int,
-    theta: int = 20,
-    gamma1: int = 100_000,
-    gamma2: int = 20,
+    theta: int = DEFAULTS.theta,
+    gamma1: int = DEFAULTS.gamma1,
+    gamma2: int = DEFAULTS.gamma2,
 ) -> PartitionPlan:
     """Partition the initial subscriptions with KOP, SOP or DkM-SKS (DESIGN §2).
 
@@ -75,16 +76,15 @@ def partition(
     m
         Number of workers (``>= 1``).
     theta
-        SOP: split until ``θ·m`` regions (``>= 1``).
+        SOP: split until ``θ·m`` regions (``>= 1``). Defaults: :data:`dkmsks.core.config.DEFAULTS`.
     gamma1, gamma2
         DkM-SKS: Algorithm 2 targets ``γ1·m`` subsets; subsets of at most ``γ2``
         subscriptions also try Hybrid-Partition.
     """
-    method = Method.from_str(method)
     m = check_int_param("m", m)
-    theta = check_int_param("theta", theta)
-    gamma1 = check_int_param("gamma1", gamma1)
-    gamma2 = check_int_param("gamma2", gamma2, minimum=0)
+    # The tuning parameters are checked by their one declaration (dkmsks.core.config).
+    config = PartitionConfig(method=method, workers=m, theta=theta, gamma1=gamma1, gamma2=gamma2)
+    method, theta, gamma1, gamma2 = config.method, config.theta, config.gamma1, config.gamma2
     if space.xmin > space.xmax or space.ymin > space.ymax:
         raise ValueError(f"data space {space} is empty")
     if method is Method.KOP:

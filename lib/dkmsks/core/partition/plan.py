@@ -20,40 +20,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.config import Method
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Rect
 
 __all__ = ["Method", "SplitKind", "SubsetTable", "PartitionPlan", "PLAN_FORMAT_VERSION"]
 
 #: Bumped whenever the serialised layout changes incompatibly.
 PLAN_FORMAT_VERSION = 1
-
-
-class Method(str, Enum):
-    """The three partitioners of DESIGN §2."""
-
-    KOP = "kop"
-    SOP = "sop"
-    DKM = "dkm"
-
-    @classmethod
-    def from_str(cls, text: str | Method) -> Method:
-        """Parse ``kop``, ``sop`` or ``dkm`` (case-insensitive; ``dkm-sks``/``dkmsks`` accepted)."""
-        if isinstance(text, Method):
-            return text
-        key = str(text).strip().lower().replace("_", "-")
-        if key in ("dkm-sks", "dkmsks"):
-            key = "dkm"
-        try:
-            return cls(key)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown partition method {text!r}; valid methods: {valid}") from None
 
 
 class SplitKind(IntEnum):

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.config import DEFAULTS, NewCost
 from dkmsks.core.model import (
     Float64Array,
     Int32Array,
@@ -76,10 +77,7 @@ from dkmsks.core.partition._common import (
 from dkmsks.core.partition.greedy import assign_in_order
 from dkmsks.core.partition.plan import Method, PartitionPlan
 
-__all__ = ["MainServer", "RectIndex", "NEW_COSTS"]
-
-#: Estimates for new subscriptions: the paper's (``O_init`` ball) or the live ball (module doc).
-NEW_COSTS = ("paper", "live")
+__all__ = ["MainServer", "RectIndex"]
 
 # Relative slack that keeps a rectangle filed at level l within two cells per axis despite
 # rounding in the cell arithmetic (its extent is at most (1 - _SLACK) cells).
@@ -246,10 +244,10 @@ class MainServer:
         DkM-SKS unless every :meth:`assign` call passes ``knn=``; KOP ignores it).
 
     new_cost
-        ``"paper"`` (default): the paper's estimate of a new subscription, from its ball in
-        ``O_init`` (Eq. 1 / Eq. 2 / Eq. 7 + Eq. 5). ``"live"``: the method's formula over the
-        MBR of the subscription's actual current ball, kept up to date by :meth:`refresh`
-        (module doc).
+        ``"live"`` (the default, :data:`dkmsks.core.config.DEFAULTS`): the method's formula
+        over the MBR of the subscription's actual current ball, kept up to date by
+        :meth:`refresh` (module doc). ``"paper"``: the paper's estimate of a new subscription,
+        from its ball in ``O_init`` (Eq. 1 / Eq. 2 / Eq. 7 + Eq. 5).
 
     refresh_shrink
         ``"live"`` only: re-cost a ball once its squared radius is at most this fraction of
@@ -265,11 +263,10 @@ class MainServer:
         stats: StatsLike,
         knn_index: Any = None,
         *,
-        new_cost: str = "paper",
+        new_cost: NewCost | str = DEFAULTS.new_cost,
         refresh_shrink: float = 0.5,
     ) -> None:
-        if new_cost not in NEW_COSTS:
-            raise ValueError(f"new_cost must be one of {', '.join(NEW_COSTS)}, got {new_cost!r}")
+        new_cost = NewCost.from_str(new_cost)
         if not 0.0 < refresh_shrink <= 1.0:
             raise ValueError(f"refresh_shrink must be in (0, 1], got {refresh_shrink}")
         self.new_cost = new_cost

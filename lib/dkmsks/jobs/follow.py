@@ -38,28 +38,18 @@ from pyspark.sql import SparkSession
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import WorkerSession
-from dkmsks.spark.driver_data import pending_timestamps, read_events_between, read_objects_between
-from dkmsks.spark.microbatch_job import (
-    COMPACT_FRACTION,
-    COMPACT_MIN_ROWS,
-    MicrobatchReport,
-    _to_ipc,
-    build_main_server,
-    commit,
-    compact,
-    current_plan,
-    from_ipc,
-    journal_records,
-    last_processed,
-    open_lake,
-    quarantine_rejected,
-    record_run_metrics,
-    route,
-    uncompacted_rows,
-)
-from dkmsks.spark.plan_cache import cache_dir
+from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
+from dkmsks.spark.driver_data import read_events_between, read_objects_between
+from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, pending_timestamps, \
+    record_run_metrics
+from dkmsks.spark.lake import Lake
+from dkmsks.spark.main_server import build_main_server, refresh_weights, route
+from dkmsks.spark.plans import current_plan
+from dkmsks.spark.quarantine import quarantine_refused
 from dkmsks.spark.state_io import StateView
+from dkmsks.spark.worker_tasks import from_ipc, to_ipc
 from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.warehouse import Warehouse
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -91,7 +81,7 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
             if payload_path.exists():
                 payload = pickle.loads(payload_path.read_bytes())
                 records = session.apply(payload)
-                _atomic_write(_output_file(folder, n, worker_id), _to_ipc(records))
+                _atomic_write(_output_file(folder, n, worker_id), to_ipc(records))
                 n += 1
             elif (folder / "stop").exists():
                 break
@@ -117,12 +107,13 @@ class FollowStats:
 class FollowSession:
     """The warm driver side of follow mode; see the module doc."""
 
-    def __init__(self, spark: SparkSession, *, spool_root: str | Path, run_id: str, poll: float = 0.005,
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, *, run_id: str, poll: float = 0.005,
                  start_timeout: float = 600.0) -> None:
         self.spark = spark
+        self.warehouse = warehouse
         self.run_id = run_id
         self.poll = poll
-        self.spool = Path(spool_root) / f"follow-{uuid.uuid4().hex[:12]}"
+        self.spool = warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}"
         self.start_timeout = start_timeout
         self.stats = FollowStats()
         self._thread: threading.Thread | None = None
@@ -131,10 +122,9 @@ class FollowSession:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        spark = self.spark
-        tables.ensure_tables(spark)
-        self.lake = lake = open_lake(spark)
-        with writer_lock(spark, f"follow {self.run_id} (start)"):
+        spark, warehouse = self.spark, self.warehouse
+        self.lake = lake = Lake.of(warehouse)
+        with writer_lock(warehouse, f"follow {self.run_id} (start)"):
             info = current_plan(lake)
             last = last_processed(lake)
             if info is None or last is None:
@@ -154,9 +144,9 @@ class FollowSession:
             self.tail_rows = uncompacted_rows(view)
             self.state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
             self.vocab = Vocabulary()
-            self.server = build_main_server(lake, info, self.vocab, view, cache_dir(spark))
+            self.server = build_main_server(lake, info, self.vocab, view, warehouse.cache_dir)
         self.spool.mkdir(parents=True, exist_ok=False)
-        config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.grid}
+        config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
         m, spool, poll = info.workers, str(self.spool), self.poll
         rdd = (
             spark.sparkContext.parallelize(range(m), m)
@@ -203,12 +193,12 @@ class FollowSession:
             raise RuntimeError("the worker stage ended unexpectedly")
 
     # ------------------------------------------------------------------ one round
-    def step(self, *, until: int | None = None, max_timestamps: int | None = None) -> MicrobatchReport:
+    def step(self, *, until: int | None = None, max_timestamps: int | None = None) -> RunReport:
         """Process the timestamps pending now (possibly none) with the warm workers."""
-        with writer_lock(self.spark, f"follow {self.run_id}"):
+        with writer_lock(self.warehouse, f"follow {self.run_id}"):
             return self._step(until, max_timestamps)
 
-    def _step(self, until: int | None, max_timestamps: int | None) -> MicrobatchReport:
+    def _step(self, until: int | None, max_timestamps: int | None) -> RunReport:
         spark, info, lake = self.spark, self.info, self.lake
         phases: dict[str, float] = {}
         started = time.perf_counter()
@@ -219,7 +209,7 @@ class FollowSession:
         ts = pending_timestamps(lake, self.last, until)
         if max_timestamps is not None:
             ts = ts[:max_timestamps]
-        report = MicrobatchReport(self.run_id, ts, self.last, phases_ms=phases)
+        report = RunReport(self.run_id, ts, self.last, phases_ms=phases)
         if not ts:
             self._compact_if_large(report)
             return report
@@ -252,9 +242,9 @@ class FollowSession:
         phases["workers"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
-        records = journal_records(pa.concat_tables(parts), info=info, routed=routed, timestamps=ts, from_t=self.last,
-                                  run_id=self.run_id, server=self.server)
-        quarantine_rejected(spark, routed.rejected, self.run_id)
+        records = journal_records(refresh_weights(self.server, pa.concat_tables(parts)), plan_version=info.plan_version,
+                                  routed=routed, timestamps=ts, from_t=self.last, run_id=self.run_id)
+        quarantine_refused(spark, routed.refused, self.run_id)
         if not commit(lake, records, to_t):
             raise StateChanged(f"timestamps up to {to_t} were committed by another job; restarting follow mode")
         self.journal_version = lake.version(tables.JOURNAL)
@@ -267,12 +257,12 @@ class FollowSession:
         self.stats.timestamps += len(ts)
         return report
 
-    def _compact_if_large(self, report: MicrobatchReport) -> None:
+    def _compact_if_large(self, report: RunReport) -> None:
         """Idle: merge the journal tail into ``knn_state`` once it is large (no round waits)."""
-        if self.tail_rows < max(COMPACT_MIN_ROWS, COMPACT_FRACTION * self.state_rows):
+        if not tail_is_large(self.tail_rows, self.state_rows):
             return
         started = time.perf_counter()
-        version = compact(self.spark, lake=self.lake)
+        version = compact(self.spark, self.warehouse)
         if version is not None:
             self.state_version = version
             report.compacted = True
@@ -281,7 +271,7 @@ class FollowSession:
 
 
 def follow_forever(
-    spark: SparkSession, *, spool_root: str | Path, run_id: str, until: int | None = None,
+    spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
     log: Any = print,
 ) -> int:
@@ -292,7 +282,7 @@ def follow_forever(
     """
     idle_since = time.monotonic()
     while True:
-        with FollowSession(spark, spool_root=spool_root, run_id=run_id) as session:
+        with FollowSession(spark, warehouse, run_id=run_id) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
             try:
                 while True:

@@ -1,0 +1,115 @@
+"""The journal: the commit point of every run, and the ledger of processed timestamps.
+
+A run (a micro-batch, a follow-mode round) processes the timestamps ``(from_t, to_t]`` and
+commits its whole output as **one append** to the ``journal`` table: per timestamp a
+``ledger`` record, every result ``change``, the per-worker ``metric`` records, and one
+``final`` record per subscription it touched (the state to overlay on ``knn_state``, see
+:mod:`dkmsks.spark.state_io`). The append is tagged with ``txnAppId = dkmsks-journal``,
+``txnVersion = to_t`` (Delta's idempotent writes): all or nothing, and a replay of committed
+timestamps is skipped. A run that dies before it committed nothing; after it, it is complete
+(DESIGN §8, the commit protocol).
+
+Written from the driver with delta-rs (:mod:`dkmsks.spark.lake`): a blind append is a few
+milliseconds, where a Spark job costs seconds of scheduling on two cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dkmsks.spark import driver_data, tables
+from dkmsks.spark.lake import Lake, where
+
+if TYPE_CHECKING:
+    from dkmsks.spark.main_server import RoutedBatch
+
+#: The Delta application id of journal commits (its txnVersion is the last timestamp committed).
+JOURNAL_APP = "dkmsks-journal"
+
+
+def last_processed(lake: Lake) -> int | None:
+    """The newest timestamp in the ledger (journal ledger records)."""
+    t = lake.read(tables.JOURNAL, columns=["t"], predicate=where(record__eq="ledger")).column("t")
+    return None if len(t) == 0 else int(pc.max(t).as_py())
+
+
+def pending_timestamps(lake: Lake, after: int, until: int | None = None) -> list[int]:
+    """Distinct timestamps after ``after`` (and up to ``until``) with objects or events."""
+    return driver_data.pending_timestamps(lake, after, until)
+
+
+@dataclass
+class RunReport:
+    """What one run (micro-batch or follow round) did."""
+
+    run_id: str
+    timestamps: list[int]
+    from_t: int | None
+    objects: int = 0
+    insertions: int = 0
+    deletions: int = 0
+    rejected: int = 0
+    replayed: bool = False
+    compacted: bool = False
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+    def add_counts(self, routed: RoutedBatch) -> None:
+        self.objects += sum(c[0] for c in routed.counts.values())
+        self.insertions += sum(c[1] for c in routed.counts.values())
+        self.deletions += sum(c[2] for c in routed.counts.values())
+        self.rejected += len(routed.refused)
+
+
+def journal_records(
+    out: pa.Table, *, plan_version: int, routed: RoutedBatch, timestamps: list[int], from_t: int, run_id: str,
+) -> pa.Table:
+    """The one journal append of a run: its workers' records plus a ledger record per timestamp.
+
+    ``out`` holds the workers' ``change``, ``final`` and ``metric`` records (finals already
+    carrying the main server's refreshed weights, :func:`dkmsks.spark.main_server.refresh_weights`).
+    """
+    kind = out.column("record")
+    body = pa.concat_tables([out.filter(pc.equal(kind, name)) for name in ("change", "final", "metric")])
+    body = body.drop(["seq"])
+    n_ts = len(timestamps)
+    ledger = pa.table({
+        "record": pa.array(["ledger"] * n_ts),
+        "t": pa.array(timestamps, type=pa.int64()),
+        "run_from_t": pa.array([from_t] * n_ts, type=pa.int64()),
+        "run_through_t": pa.array([timestamps[-1]] * n_ts, type=pa.int64()),
+        "objects": pa.array([routed.counts[t][0] for t in timestamps], type=pa.int64()),
+        "insertions": pa.array([routed.counts[t][1] for t in timestamps], type=pa.int64()),
+        "deletions": pa.array([routed.counts[t][2] for t in timestamps], type=pa.int64()),
+    })
+    records = pa.concat_tables([body, ledger], promote_options="default")
+    n = records.num_rows
+    records = records.append_column("plan_version", pa.array(np.full(n, plan_version, dtype=np.int64)))
+    return records.append_column("run_id", pa.array([run_id] * n, type=pa.string()))
+
+
+def commit(lake: Lake, records: pa.Table, to_t: int) -> bool:
+    """The commit point of a run; False when these timestamps were committed before (a replay)."""
+    return lake.append(tables.JOURNAL, records, app_id=JOURNAL_APP, version=to_t)
+
+
+def commit_first_ledger(lake: Lake, *, t0: int, plan_version: int, run_id: str, objects: int,
+                        insertions: int) -> None:
+    """The ledger record of ``T0`` that completes the initial partitioning (idempotent)."""
+    lake.append(tables.JOURNAL, pa.table({
+        "record": ["ledger"], "t": [t0], "plan_version": [plan_version], "run_id": [run_id],
+        "run_from_t": [t0], "run_through_t": [t0], "objects": [objects], "insertions": [insertions],
+        "deletions": [0],
+    }), app_id=JOURNAL_APP, version=t0)
+
+
+def record_run_metrics(lake: Lake, run_id: str, job: str, from_t: int, to_t: int, phases: dict[str, float]) -> None:
+    """Per-phase times of a run into ``run_metrics`` (after its commit; not part of it)."""
+    lake.append(tables.RUN_METRICS, pa.table({
+        "run_id": [run_id] * len(phases), "job": [job] * len(phases), "from_t": [int(from_t)] * len(phases),
+        "to_t": [int(to_t)] * len(phases), "phase": list(phases), "ms": [float(v) for v in phases.values()],
+    }))

@@ -1,0 +1,134 @@
+"""The main server on the driver (DESIGN §4): routing a run's timestamps, live cost refresh.
+
+The driver of every job plays the paper's main server: it rebuilds
+:class:`~dkmsks.core.partition.MainServer` (the plan's ``C(w)`` plus every live subscription's
+worker and cost) from the current state, routes each pending timestamp's deletions to the
+workers holding them and assigns its insertions with the plan's cost model
+(:func:`dkmsks.core.protocol.route_timestamp`, the same rule as the in-memory engine), and after
+the workers ran, re-estimates the costs of new subscriptions whose balls shrank
+(``new_cost = live``). Events the protocol refuses (a delete of a subscription that is not
+live, an insert of one that is) are returned for the quarantine instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dkmsks.core.config import Method, NewCost
+from dkmsks.core.knn_init import StaticKnnIndex
+from dkmsks.core.model import Objects, Op, Subscriptions, SubscriptionEvents, Vocabulary
+from dkmsks.core.partition import MainServer, PartitionPlan
+from dkmsks.core.protocol import ragged_ball_radius2, route_timestamp
+from dkmsks.spark import tables
+from dkmsks.spark.bridge import BatchPayload, KeywordColumn
+from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.plan_cache import oinit_statistics
+from dkmsks.spark.plans import PlanInfo
+from dkmsks.spark.state_io import StateView
+
+
+def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: StateView,
+                      cache: Path | None = None) -> MainServer:
+    """The main server of the current plan with ``C(w)`` of the live subscriptions.
+
+    ``cache``: the folder of :mod:`dkmsks.spark.plan_cache` (None: build from ``O_init``).
+    """
+    config = info.config
+    # With live costs a new subscription is costed over its actual (infinite) ball: no O_init
+    # kNN is needed, so the index (and O_init itself) only for the paper's estimate.
+    needs_knn = config.method is not Method.KOP and config.new_cost is NewCost.PAPER
+    stats, objects = oinit_statistics(lake, config.t0, vocab, cache, need_objects=needs_knn)
+    knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn and objects is not None else None
+    state = view.read(columns=["sub_id", "worker", "weight", "subset"])
+    subsets = lake.read(tables.SUBSETS, predicate=where(plan_version__eq=info.plan_version)).drop(["plan_version"])
+    subsets = subsets.sort_by("subset")
+    subset_cols = {name: subsets.column(name).to_numpy() for name in subsets.column_names}
+    worker = np.asarray(state.column("worker").to_numpy(), dtype=np.int32)
+    weight = np.asarray(state.column("weight").to_numpy(), dtype=np.int64)
+    meta = dict(info.meta)
+    meta["load_weight"] = np.bincount(worker, weights=weight, minlength=info.workers).astype(np.int64).tolist()
+    order = np.argsort(np.asarray(state.column("sub_id").to_numpy(), dtype=np.int64), kind="stable")
+    plan = PartitionPlan.from_tables(
+        meta,
+        {"sub_id": np.asarray(state.column("sub_id").to_numpy(), dtype=np.int64)[order], "worker": worker[order],
+         "weight": weight[order], "subset": np.asarray(state.column("subset").to_numpy(), dtype=np.int64)[order]},
+        subset_cols,
+    )
+    # Subscriptions restored from the state count as the plan's: their stored (last refreshed)
+    # costs stay fixed; those registered from now on are re-estimated as their balls shrink.
+    return MainServer(plan, stats, knn_index, new_cost=config.new_cost)
+
+
+@dataclass
+class RoutedBatch:
+    """A run's timestamps as routed by the main server, ready to broadcast to the workers."""
+
+    payload: BatchPayload
+    counts: dict[int, tuple[int, int, int]]  # t -> (objects, insertions, deletions) applied
+    refused: list[tuple[int, int, str]] = field(default_factory=list)  # (t, sub id, reason)
+
+
+def route(
+    server: MainServer, info: PlanInfo, timestamps: list[int], objects: Objects, events: SubscriptionEvents,
+    vocab: Vocabulary,
+) -> RoutedBatch:
+    """Main-server work for the pending timestamps, one timestamp at a time (DESIGN §1 order),
+    by the protocol of :mod:`dkmsks.core.protocol`; refused events are reported, not raised."""
+    steps = []
+    refused: list[tuple[int, int, str]] = []
+    counts: dict[int, tuple[int, int, int]] = {}
+    for t in timestamps:
+        rows = np.flatnonzero(events.t == t)
+        dels = rows[events.op[rows] == Op.DELETE]
+        step = route_timestamp(server, t, events.ids[dels], events.take(rows).insertions(), refuse=True)
+        refused.extend((t, sid, reason) for sid, reason in step.refused)
+        counts[t] = (int(np.count_nonzero(objects.t == t)), len(step.insertions.subs), int(step.deletions.ids.shape[0]))
+        steps.append(step)
+    dels = [s.deletions for s in steps]
+    ins = [s.insertions for s in steps]
+    ins_subs = Subscriptions.concat([i.subs for i in ins]) if ins else Subscriptions.build([], [], [], [], [], [])
+    words = vocab.words
+    payload = BatchPayload(
+        method=info.method, space=info.space.as_tuple(), timestamps=list(timestamps),
+        obj_ids=objects.ids, obj_x=objects.x, obj_y=objects.y, obj_t=objects.t,
+        obj_keywords=KeywordColumn.from_sets(objects.keywords, words),
+        del_t=_concat([np.full(d.ids.shape[0], d.t, dtype=np.int64) for d in dels], np.int64),
+        del_ids=_concat([d.ids for d in dels], np.int64), del_worker=_concat([d.workers for d in dels], np.int32),
+        ins_t=ins_subs.t, ins_ids=ins_subs.ids, ins_worker=_concat([i.workers for i in ins], np.int32),
+        ins_x=ins_subs.x, ins_y=ins_subs.y, ins_k=ins_subs.k, ins_weight=_concat([i.weights for i in ins], np.int64),
+        ins_keywords=KeywordColumn.from_sets(ins_subs.keywords, words),
+        grid=info.config.grid,
+    )
+    return RoutedBatch(payload, counts, refused)
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+
+def refresh_weights(server: MainServer, records: pa.Table) -> pa.Table:
+    """Re-estimate the costs of new subscriptions whose ball changed (``new_cost = live``) on
+    the main server, and carry the new weights into their ``final`` records."""
+    if server.new_cost is not NewCost.LIVE or server.method is Method.KOP or records.num_rows == 0:
+        return records
+    is_upsert = pc.and_(pc.equal(records.column("record"), "final"), pc.equal(records.column("change"), "upsert"))
+    rows = np.flatnonzero(np.asarray(pc.fill_null(is_upsert, False).to_numpy(zero_copy_only=False)))
+    if rows.shape[0] == 0:
+        return records
+    d2 = records.column("d2").combine_chunks().take(pa.array(rows))
+    k = np.asarray(pc.fill_null(records.column("k"), 0).to_numpy(), dtype=np.int64)[rows]
+    ids = np.asarray(records.column("sub_id").to_numpy(), dtype=np.int64)[rows]
+    radius2 = ragged_ball_radius2(np.asarray(d2.offsets, dtype=np.int64),
+                                  np.asarray(d2.flatten().to_numpy(), dtype=np.float64), k)
+    server.refresh(ids, radius2)
+    workers, weights = server.lookup_weights(ids)
+    column = records.column("weight").combine_chunks()
+    weight = np.array(pc.fill_null(column, 0).to_numpy(), dtype=np.int64)
+    weight[rows[workers >= 0]] = weights[workers >= 0]
+    fresh = pa.array(weight, mask=np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+    return records.set_column(records.schema.get_field_index("weight"), "weight", fresh)
