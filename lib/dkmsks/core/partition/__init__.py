@@ -1,4 +1,4 @@
-"""Partitioners (KOP, SOP, DkM-SKS) and the main server of the paper (§3–§4).
+"""Partitioners (KOP, SOP, DkM-SKS; PS²Stream extended to kNN) and the main server (§3–§4).
 
 Pure numpy: no Spark, no file I/O, no clock, no randomness. Entry points:
 
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dkmsks.core.model import Rect, Subscriptions
+from dkmsks.core.model import Objects, Rect, Subscriptions
 from dkmsks.core.partition._common import StatsLike, check_int_param, knn_radius2
 from dkmsks.core.partition.dkm import dkm_partition
 from dkmsks.core.partition.greedy import algorithm1, algorithm3
 from dkmsks.core.partition.kop import kop_partition
 from dkmsks.core.partition.plan import Method, PartitionPlan, SplitKind, SubsetTable
+from dkmsks.core.partition.ps2 import check_ps2_params, ps2_partition
 from dkmsks.core.partition.server import MainServer
 from dkmsks.core.partition.sop import sop_partition
 
@@ -37,6 +38,7 @@ __all__ = [
     "kop_partition",
     "sop_partition",
     "dkm_partition",
+    "ps2_partition",
     "algorithm1",
     "algorithm3",
 ]
@@ -53,17 +55,24 @@ def partition(
     theta: int = 20,
     gamma1: int = 100_000,
     gamma2: int = 20,
+    objects: Objects | None = None,
+    ps2_theta: int = 20,
+    ps2_rho: float = 0.75,
+    ps2_alpha: int = 1,
+    ps2_beta: int = 1,
 ) -> PartitionPlan:
-    """Partition the initial subscriptions with KOP, SOP or DkM-SKS (DESIGN §2).
+    """Partition the initial subscriptions with KOP, SOP, DkM-SKS (DESIGN §2) or PS²Stream
+    extended to kNN (PS2STREAM §3).
 
     Deterministic: the same inputs give an identical plan.
 
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"`` or ``"dkm"`` (or a :class:`Method`).
+        ``"kop"``, ``"sop"``, ``"dkm"`` or ``"ps2"`` (or a :class:`Method`).
     stats
-        :class:`~dkmsks.core.stats.ObjectStatistics` of ``O_init``.
+        :class:`~dkmsks.core.stats.ObjectStatistics` of ``O_init`` (``ps2`` counts objects
+        itself and only checks ``stats.n_objects`` against ``objects``; it may be ``None``).
     knn
         The balls of ``subs`` in ``O_init``: a :class:`~dkmsks.core.knn_init.StaticKnnIndex`
         (queried here), or the kNN matrices ``(ids, d2)`` of ``subs`` in row order, or ``d2``.
@@ -79,12 +88,20 @@ def partition(
     gamma1, gamma2
         DkM-SKS: Algorithm 2 targets ``γ1·m`` subsets; subsets of at most ``γ2``
         subscriptions also try Hybrid-Partition.
+    objects
+        PS²Stream: ``O_init`` itself (points and keyword sets), which it counts per part
+        (PS2STREAM §3.2). Ignored by the other methods.
+    ps2_theta, ps2_rho, ps2_alpha, ps2_beta
+        PS²Stream (PS2STREAM §3.9): split until ``θ_ps·m`` leaves (``>= 1``); balance factor
+        ``ρ`` in ``[0.5, 1)``; integer count weights ``α`` (objects) and ``β`` (subscriptions),
+        ``>= 0`` and not both 0. Validated for every method.
     """
     method = Method.from_str(method)
     m = check_int_param("m", m)
     theta = check_int_param("theta", theta)
     gamma1 = check_int_param("gamma1", gamma1)
     gamma2 = check_int_param("gamma2", gamma2, minimum=0)
+    ps2_theta, ps2_rho, ps2_alpha, ps2_beta = check_ps2_params(ps2_theta, ps2_rho, ps2_alpha, ps2_beta)
     if space.xmin > space.xmax or space.ymin > space.ymax:
         raise ValueError(f"data space {space} is empty")
     if method is Method.KOP:
@@ -92,6 +109,13 @@ def partition(
     if knn is None:
         raise ValueError(f"{method.value} needs the kNN of the subscriptions in O_init")
     radius2 = knn_radius2(knn, subs)
+    if method is Method.PS2:
+        if objects is None:
+            raise ValueError("ps2 needs objects=O_init: it counts objects per part, not from statistics")
+        if stats is not None and int(stats.n_objects) != len(objects):
+            raise ValueError(f"stats describe {stats.n_objects} objects but objects= holds {len(objects)}")
+        return ps2_partition(objects, radius2, subs, space, m=m, theta=ps2_theta, rho=ps2_rho,
+                             alpha=ps2_alpha, beta=ps2_beta)
     if method is Method.SOP:
         return sop_partition(stats, radius2, subs, space, m=m, theta=theta)
     return dkm_partition(stats, radius2, subs, space, m=m, gamma1=gamma1, gamma2=gamma2)
