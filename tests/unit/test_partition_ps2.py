@@ -14,7 +14,7 @@ from partition_helpers import ball_box, random_world, space_of
 
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Rect, Subscriptions
-from dkmsks.core.partition import Method, PartitionPlan, SplitKind, partition
+from dkmsks.core.partition import MainServer, Method, PartitionPlan, SplitKind, partition
 from dkmsks.core.partition.ps2 import ps2_partition, route_home, two_groups
 from dkmsks.core.stats import ObjectStatistics
 
@@ -334,3 +334,56 @@ def test_no_subscriptions_and_no_objects() -> None:
     plan = ps2_partition(empty, r2, s, Rect(0, 0, 1, 1), m=2, theta=2)
     assert len(plan.subsets) == 1 and plan.load_weight.tolist() == [0, 0]
     assert PartitionPlan.from_json(plan.to_json()) == plan
+
+
+# ---------------------------------------------------------------------------- main server
+def new_subs(rows: list[tuple[int, float, float, list[int]]]) -> Subscriptions:
+    """New subscriptions ``(id, x, y, keywords)`` with k = 1."""
+    return Subscriptions.build([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                               [r[3] for r in rows], np.ones(len(rows)), np.ones(len(rows)))
+
+
+def test_server_assigns_to_the_lowest_count_and_counts_beta() -> None:
+    # COUNTING with β = 2 and m = 2: leaves 8 | 6 (test_weights_alpha_beta), L(w) = [8, 6].
+    # Initial subscriptions 100, 101 live on w0 (homes in the low leaf), 102 on w1.
+    plan = run(*COUNTING, m=2, theta=1, beta=2)
+    server = MainServer(plan, None)
+    assert server.load_weight.tolist() == [8, 6]
+    # In input order, each to argmin C(w) and + β: 6 -> w1 (8, 8); tie -> w0 (10, 8); -> w1 (10, 10).
+    got = server.assign(new_subs([(7, 0, 0, [0]), (8, 0, 0, [0]), (9, 0, 0, [0])]))
+    assert got.tolist() == [1, 0, 1]
+    assert server.load_weight.tolist() == [10, 10]
+    assert server.lookup_weights([7, 100])[1].tolist() == [2, 2]
+    # Deletions subtract β, for initial and new subscriptions alike.
+    assert server.delete([102, 8]).tolist() == [1, 0]
+    assert server.load_weight.tolist() == [8, 8]
+    # Counts do not depend on balls: nothing to refresh, and the estimate is β.
+    assert server.refresh([7, 9], [1.0, 0.0]) == 0
+    assert server.estimate(new_subs([(11, 5, 5, [3])])).tolist() == [2 / 4]  # β / |O_init|
+    assert server.load_weight.tolist() == [8, 8]
+
+
+def test_server_ignores_new_cost_for_ps2() -> None:
+    plan = run(*COUNTING, m=2, theta=1)
+    live = MainServer(plan, None, new_cost="live")
+    assert live.assign(new_subs([(7, 0, 0, [0]), (8, 0, 0, [0])])).tolist() == [1, 0]
+    assert live.load_weight.tolist() == [6, 5]  # [5, 4] + 1 each
+    assert live.refresh([7, 8], [INF, 1.0]) == 0 and live.load_weight.tolist() == [6, 5]
+
+
+def test_server_route_option() -> None:
+    # The text example: leaves {0} (w0) and {1} (w1), 3 and 3, so L(w) = [3, 3]. Routed: term
+    # 1 -> leaf 1 -> w1 whatever the counts; term 0 -> w0; term 5 is in no leaf -> argmin of
+    # [4, 4] -> w0.
+    o, s, r2, space = world([(1, 5, [0]), (2, 5, [1]), (3, 5, [0]), (4, 5, [1])],
+                            [(2.5, 5, [0], INF), (2.5, 5, [1], INF)])
+    plan = ps2_partition(o, r2, s, space, m=2, theta=1)
+    assert leaf_terms(plan) == [[0], [1]] and plan.subsets.worker.tolist() == [0, 1]
+    server = MainServer(plan, None, ps2_new="route")
+    got = server.assign(new_subs([(7, 3, 5, [1]), (8, 1, 5, [0, 9]), (9, 2, 5, [5])]))
+    assert got.tolist() == [1, 0, 0]
+    assert server.load_weight.tolist() == [5, 4]
+    # A location outside the data space is clamped into it (DESIGN §1).
+    assert MainServer(plan, None, ps2_new="route").assign(new_subs([(7, 50, -9, [1])])).tolist() == [1]
+    with pytest.raises(ValueError, match="ps2_new must be one of argmin, route"):
+        MainServer(plan, None, ps2_new="home")
