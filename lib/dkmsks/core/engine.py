@@ -150,7 +150,7 @@ class Engine:
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"`` or ``"dkm"`` (DESIGN §2).
+        ``"kop"``, ``"sop"``, ``"dkm"`` (DESIGN §2) or ``"ps2"`` (PS2STREAM §3).
     space
         Data space fixed at partition time (DESIGN §1).
     workers
@@ -206,7 +206,7 @@ class Engine:
         """Place the initial subscriptions with their exact kNN within ``O_init`` (paper §3).
 
         ``assignment[i]`` is the worker of ``subs[i]`` (the partition plan); ``groups[i]`` its
-        region subset (SOP only).
+        region subset (SOP) or home leaf (PS²Stream).
         """
         assignment = np.asarray(assignment, dtype=np.int64)
         if assignment.shape[0] != len(subs):
@@ -271,7 +271,7 @@ class Engine:
             for w in np.unique(where).tolist():
                 c0 = clock()
                 # A new subscription starts with an empty result (DESIGN §1); SOP places it in
-                # the local subset whose R holds it.
+                # the local subset whose R holds it, PS²Stream in the overflow part.
                 self.workers[w].add(insertions.take(np.flatnonzero(where == w)), None)
                 ins_wt[w] = clock() - c0
         time_insert = server_ins + float(ins_wt.max())
@@ -418,13 +418,19 @@ def build_engine(
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
     new_cost: str = "paper",
+    ps2_theta: int = 20,
+    ps2_rho: float = 0.75,
+    ps2_alpha: int = 1,
+    ps2_beta: int = 1,
+    ps2_new: str = "argmin",
     **index_options: float,
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
-    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``method`` (DESIGN §2) and
-    its main server (``new_cost``: how it estimates new subscriptions, ``"paper"`` or
-    ``"live"``, see :mod:`dkmsks.core.partition.server`), and an :class:`Engine` loaded with
-    every initial subscription.
+    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``method`` (DESIGN §2,
+    PS2STREAM §3 for ``ps2`` with its ``ps2_*`` parameters) and its main server (``new_cost``:
+    how it estimates new subscriptions, ``"paper"`` or ``"live"``, see
+    :mod:`dkmsks.core.partition.server`; ``ps2_new``: where PS²Stream sends them), and an
+    :class:`Engine` loaded with every initial subscription.
 
     Returns the engine (ready for :meth:`Engine.run` from ``t0 + 1``) and a :class:`Setup`.
     """
@@ -448,13 +454,16 @@ def build_engine(
     knn = knn_index.query(subs, width=width)
     c1 = clock_()
     stats = ObjectStatistics.build(o_init, n_keywords)
-    plan = partition(method, stats, knn, subs, space, m=workers, theta=theta, gamma1=gamma1, gamma2=gamma2)
-    server = MainServer(plan, stats, knn_index, new_cost=new_cost)
+    plan = partition(method, stats, knn, subs, space, m=workers, theta=theta, gamma1=gamma1, gamma2=gamma2,
+                     objects=o_init, ps2_theta=ps2_theta, ps2_rho=ps2_rho, ps2_alpha=ps2_alpha,
+                     ps2_beta=ps2_beta)
+    server = MainServer(plan, stats, knn_index, new_cost=new_cost, ps2_new=ps2_new)
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
     engine = Engine(method, space, workers, server, clock=clock, grid=grid, budget=budget, **index_options)
-    groups = plan.subset if plan.method.value == "sop" else None
+    # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
+    groups = plan.subset if plan.method.value in ("sop", "ps2") else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)
     c3 = clock_()
     setup = Setup(plan, server, len(o_init), len(subs), c1 - c0, c2 - c1, c3 - c2)
