@@ -242,8 +242,8 @@ class _Counting:
                        np.clip(objects.y, space.ymin, space.ymax))
         self.sub_xy = (np.clip(subs.x, space.xmin, space.xmax),
                        np.clip(subs.y, space.ymin, space.ymax))
-        self.obj_kw = objects.keywords
-        self.sub_kw = subs.keywords
+        self.obj_kw = _KeywordRows(objects.keywords)
+        self.sub_kw = _KeywordRows(subs.keywords)
         self.radius2 = radius2
         self.alpha = alpha
         self.beta = beta
@@ -310,37 +310,26 @@ class _Counting:
 
     def text_candidate(self, node: _Node) -> _Candidate | None:
         """The greedy two-group split of the terms occurring in ``node`` (decision 5)."""
-        okw = self.obj_kw.take(node.obj)
-        skw = self.sub_kw.take(node.sub)
-        o_terms, s_terms = okw.ids.astype(np.int64), skw.ids.astype(np.int64)
-        o_own, s_own = okw.owners(), skw.owners()
+        o_terms, o_bounds = self.obj_kw.gather(node.obj)
+        s_terms, s_bounds = self.sub_kw.gather(node.sub)
+        in_part: BoolArray | None = None
         if node.terms is not None:
             in_part = np.zeros(self.n_keywords, dtype=bool)
             in_part[node.terms] = True
-            keep_o, keep_s = in_part[o_terms], in_part[s_terms]
-            o_terms, o_own = o_terms[keep_o], o_own[keep_o]
-            s_terms, s_own = s_terms[keep_s], s_own[keep_s]
         # Keyword sets hold distinct ids, so entry counts are object/subscription counts.
-        o_count = np.bincount(o_terms, minlength=self.n_keywords)
-        s_count = np.bincount(s_terms, minlength=self.n_keywords)
+        o_count = _term_counts(o_terms, in_part, self.n_keywords)
+        s_count = _term_counts(s_terms, in_part, self.n_keywords)
         occurring = np.flatnonzero((o_count + s_count) > 0)
         if occurring.shape[0] < 2:
             return None
         weight = self.alpha * o_count[occurring] + self.beta * s_count[occurring]
         order = np.lexsort((occurring, -weight))  # heaviest first, then lower keyword id
         to_b = two_groups(weight[order])
+        # Group of every keyword: 0 or 1, -1 for keywords outside T_p or not occurring.
         group = np.full(self.n_keywords, -1, dtype=np.int8)
         group[occurring[order]] = to_b
-        n_obj, n_sub = node.obj.shape[0], node.sub.shape[0]
-        og, sg = group[o_terms], group[s_terms]
-        obj_a = np.zeros(n_obj, dtype=bool)
-        obj_b = np.zeros(n_obj, dtype=bool)
-        sub_a = np.zeros(n_sub, dtype=bool)
-        sub_b = np.zeros(n_sub, dtype=bool)
-        obj_a[o_own[og == 0]] = True
-        obj_b[o_own[og == 1]] = True
-        sub_a[s_own[sg == 0]] = True
-        sub_b[s_own[sg == 1]] = True
+        obj_a, obj_b = _holds_group(group[o_terms], o_bounds)
+        sub_a, sub_b = _holds_group(group[s_terms], s_bounds)
         terms_a = np.sort(occurring[order][~to_b]).astype(np.int32)
         terms_b = np.sort(occurring[order][to_b]).astype(np.int32)
         return _Candidate(
@@ -351,6 +340,44 @@ class _Counting:
             load_a=self.load(int(np.count_nonzero(obj_a)), int(np.count_nonzero(sub_a))),
             load_b=self.load(int(np.count_nonzero(obj_b)), int(np.count_nonzero(sub_b))),
         )
+
+
+class _KeywordRows:
+    """Gathers the keyword entries of many rows of a :class:`KeywordSets` at once, with the
+    row lengths computed once (the split loop gathers hundreds of times)."""
+
+    def __init__(self, keywords: KeywordSets) -> None:
+        self.ptr = keywords.ptr
+        self.ids = keywords.ids
+        self.lengths = keywords.lengths()
+
+    def gather(self, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """The keyword ids of ``rows``, row after row, and the CSR offsets of the rows among
+        them (``[len(rows) + 1]``)."""
+        lengths = self.lengths[rows]
+        bounds = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        # Position of every output entry in ``ids``: its row's start plus its offset.
+        pos = np.arange(bounds[-1], dtype=np.int64) + np.repeat(self.ptr[rows] - bounds[:-1], lengths)
+        return self.ids[pos].astype(np.int64), bounds
+
+
+def _term_counts(terms: Int64Array, in_part: BoolArray | None, n_keywords: int) -> Int64Array:
+    """Per keyword, how many entries hold it (only keywords of ``T_p`` when it is not ALL)."""
+    if in_part is not None:
+        terms = terms[in_part[terms]]
+    return np.bincount(terms, minlength=n_keywords)
+
+
+def _holds_group(entry_group: npt.NDArray[np.int8], bounds: Int64Array) -> tuple[BoolArray, BoolArray]:
+    """Per row (entries ``bounds[i]:bounds[i+1]``): whether it holds a keyword of group 0, and
+    of group 1 (prefix sums, so empty rows are fine)."""
+    out = []
+    for g in (0, 1):
+        prefix = np.zeros(entry_group.shape[0] + 1, dtype=np.int64)
+        np.cumsum(entry_group == g, out=prefix[1:])
+        out.append(prefix[bounds[1:]] > prefix[bounds[:-1]])
+    return out[0], out[1]
 
 
 def _choose(candidates: list[_Candidate], load: int, rho: float) -> _Candidate | None:
