@@ -224,6 +224,11 @@ def test_method_names_and_missing_objects() -> None:
     o, s, r2, space = world([(0, 0, [0])], [(0, 0, [0], 0.0)])
     with pytest.raises(ValueError, match="ps2 needs objects="):
         partition("ps2", None, r2[:, None], s, space, m=2)
+    with pytest.raises(ValueError, match="ps2 needs the kNN"):
+        partition("ps2", None, None, s, space, m=2, objects=o)
+    # Only ps2 may go without statistics.
+    with pytest.raises(ValueError, match="kop needs the ObjectStatistics"):
+        partition("kop", None, None, s, space, m=2, objects=o)
 
 
 # ---------------------------------------------------------------------------- invariants

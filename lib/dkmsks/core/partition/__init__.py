@@ -11,7 +11,8 @@ subscription and per subset) and back with :meth:`PartitionPlan.from_tables`.
 
 Measured on 2 shared cores, 1M real objects and 1M paper-protocol subscriptions, ``m = 20``
 (``bench/bench_partition.py``): KOP 0.4 s; SOP 0.6 s; DkM-SKS (Algorithm 2 + 3, 859k subsets)
-16 s, plus 10 s for the initial kNN that SOP and DkM-SKS need.
+16 s, plus 10 s for the initial kNN that SOP, DkM-SKS and PS²Stream need; PS²Stream (400
+leaves) 7.2 s with the machine shared with other jobs (load average about 7).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ __all__ = [
 
 def partition(
     method: Method | str,
-    stats: StatsLike,
+    stats: StatsLike | None,
     knn: Any,
     subs: Subscriptions,
     space: Rect,
@@ -104,18 +105,20 @@ def partition(
     ps2_theta, ps2_rho, ps2_alpha, ps2_beta = check_ps2_params(ps2_theta, ps2_rho, ps2_alpha, ps2_beta)
     if space.xmin > space.xmax or space.ymin > space.ymax:
         raise ValueError(f"data space {space} is empty")
-    if method is Method.KOP:
-        return kop_partition(stats, subs, space, m=m)
-    if knn is None:
+    if method is not Method.KOP and knn is None:
         raise ValueError(f"{method.value} needs the kNN of the subscriptions in O_init")
-    radius2 = knn_radius2(knn, subs)
     if method is Method.PS2:
         if objects is None:
             raise ValueError("ps2 needs objects=O_init: it counts objects per part, not from statistics")
         if stats is not None and int(stats.n_objects) != len(objects):
             raise ValueError(f"stats describe {stats.n_objects} objects but objects= holds {len(objects)}")
-        return ps2_partition(objects, radius2, subs, space, m=m, theta=ps2_theta, rho=ps2_rho,
-                             alpha=ps2_alpha, beta=ps2_beta)
+        return ps2_partition(objects, knn_radius2(knn, subs), subs, space, m=m, theta=ps2_theta,
+                             rho=ps2_rho, alpha=ps2_alpha, beta=ps2_beta)
+    if stats is None:
+        raise ValueError(f"{method.value} needs the ObjectStatistics of O_init")
+    if method is Method.KOP:
+        return kop_partition(stats, subs, space, m=m)
+    radius2 = knn_radius2(knn, subs)
     if method is Method.SOP:
         return sop_partition(stats, radius2, subs, space, m=m, theta=theta)
     return dkm_partition(stats, radius2, subs, space, m=m, gamma1=gamma1, gamma2=gamma2)

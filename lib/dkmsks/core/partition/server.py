@@ -248,7 +248,8 @@ class MainServer:
         The initial :class:`PartitionPlan`; its subscriptions start live, its loads are the
         initial ``C(w)``.
     stats
-        :class:`~dkmsks.core.stats.ObjectStatistics` of the same ``O_init``.
+        :class:`~dkmsks.core.stats.ObjectStatistics` of the same ``O_init`` (unused by
+        PS²Stream, which counts and never estimates).
     knn_index
         :class:`~dkmsks.core.knn_init.StaticKnnIndex` over ``O_init`` (needed by SOP and
         DkM-SKS unless every :meth:`assign` call passes ``knn=``; KOP ignores it).
