@@ -392,3 +392,9 @@ def test_server_route_option() -> None:
     assert MainServer(plan, None, ps2_new="route").assign(new_subs([(7, 50, -9, [1])])).tolist() == [1]
     with pytest.raises(ValueError, match="ps2_new must be one of argmin, route"):
         MainServer(plan, None, ps2_new="home")
+
+
+def test_an_empty_part_is_final() -> None:
+    # α = 0 and no subscription: L(root) = 0, nothing to balance, although x could be cut.
+    plan = run([(1, 0, [0]), (2, 0, [0])], alpha=0, theta=4)
+    assert len(plan.subsets) == 1 and plan.subsets.weight.tolist() == [0]

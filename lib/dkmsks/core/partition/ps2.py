@@ -61,7 +61,8 @@ Choices PS2STREAM §3 leaves open, and what this module does:
    "feasible" split could leave a child as loaded as its parent. A part whose best candidate
    has ``max >= L(p)`` (or that has no candidate: one location and fewer than 2 terms) is final;
    the loads of split children are therefore always positive and strictly smaller, so the
-   loop ends.
+   loop ends. A part with ``L(p) = 0`` (possible only when ``α`` or ``β`` is 0) is final too:
+   there is nothing to balance.
 7. **Leaves and workers.** Leaves are numbered in depth-first order of the split tree (low or
    first-group child first). Algorithm 1 (:func:`~dkmsks.core.partition.greedy.algorithm1`)
    assigns them: ``L(p)`` descending, equal loads in leaf order, each to the least loaded
@@ -115,8 +116,7 @@ from dkmsks.core.partition._common import ball_boxes, check_int_param, mbr_by_gr
 from dkmsks.core.partition.greedy import algorithm1
 from dkmsks.core.partition.plan import Method, PartitionPlan, SplitKind, SubsetTable
 
-__all__ = ["ps2_partition", "check_ps2_params", "two_groups", "route_home", "root_rect",
-           "PS2_NEW"]
+__all__ = ["ps2_partition", "check_ps2_params", "two_groups", "route_home", "PS2_NEW"]
 
 #: Where the main server sends a new subscription (decision 9): the least loaded worker
 #: (PS2STREAM §3.6, the default) or the worker of its home leaf.
@@ -401,6 +401,7 @@ def _choose(candidates: list[_Candidate], load: int, rho: float) -> _Candidate |
 
 
 def _children(node: _Node, c: _Candidate) -> tuple[_Node, _Node]:
+    """The two parts the chosen candidate makes of ``node`` (first group / low side first)."""
     kids = []
     for side, (rect, terms, om, sm, inside, load) in enumerate((
         (c.rect_a, c.terms_a, c.obj_a, c.sub_a, c.inside_a, c.load_a),
@@ -421,9 +422,11 @@ def _split(counting: _Counting, root: _Node, target: int, rho: float) -> tuple[l
     splits = {"space": 0, "text": 0}
     while heap and n_leaves < target:
         _, _, node = heapq.heappop(heap)
-        candidates = [c for c in (counting.space_candidate(node, 0), counting.space_candidate(node, 1),
-                                  counting.text_candidate(node)) if c is not None]
-        chosen = _choose(candidates, node.load, rho)
+        chosen = None
+        if node.load > 0:  # nothing to balance in an empty part (α or β is 0)
+            candidates = [c for c in (counting.space_candidate(node, 0), counting.space_candidate(node, 1),
+                                      counting.text_candidate(node)) if c is not None]
+            chosen = _choose(candidates, node.load, rho)
         if chosen is None:
             final.append(node)
             continue
