@@ -25,7 +25,8 @@ pytestmark = pytest.mark.unit
 def test_ps2_engine_equals_oracle_adversarial(m: int, new: str) -> None:
     """Ties, objects outside the data space, keywords absent from O_init, re-registered ids."""
     objects, events = adversarial_case(60 + m, timestamps=6)
-    engine, setup = build_engine("ps2", objects, events, m, ps2_theta=2, ps2_new=new)
+    engine, setup = build_engine("PS²Stream", objects, events, m, ps2_theta=2, ps2_new=new)
+    assert engine.method == "ps2" and engine.workers[0].index.kind == "ps2"
     assert setup.plan.method.value == "ps2" and setup.plan.params["leaves"] > 1
     assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)
     check_against_oracle(engine, objects, events, [2, 4, 6])

@@ -461,7 +461,9 @@ def build_engine(
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
-    engine = Engine(method, space, workers, server, clock=clock, grid=grid, budget=budget, **index_options)
+    # The plan's canonical name, so that aliases such as "ps2stream" select the right index.
+    engine = Engine(plan.method.value, space, workers, server, clock=clock, grid=grid, budget=budget,
+                    **index_options)
     # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
     groups = plan.subset if plan.method.value in ("sop", "ps2") else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)
