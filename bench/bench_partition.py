@@ -6,7 +6,8 @@
 
 - building ``ObjectStatistics`` and ``StaticKnnIndex``;
 - the initial kNN of all subscriptions in ``O_init`` (needed by SOP and DkM-SKS);
-- ``partition()`` per method, given the kNN matrices;
+- ``partition()`` per method (``--methods``, any of ``kop,sop,dkm,ps2``), given the kNN
+  matrices (PS²Stream's ``θ_ps`` is ``--theta``);
 - ``MainServer`` construction and assigning 100 new subscriptions.
 
 Usage: ``.venv/bin/python bench/bench_partition.py [--objects N] [--subscriptions N] [--runs R]``
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for method in a.methods.split(","):
         t_part, plan = timed(lambda: partition(method, stats, mats, subs, space, m=a.workers,
-                                               theta=a.theta, gamma1=a.gamma1, gamma2=a.gamma2),
+                                               theta=a.theta, gamma1=a.gamma1, gamma2=a.gamma2,
+                                               objects=o_init, ps2_theta=a.theta),
                              a.runs)
         loads = plan.loads
         extra = "" if method == "kop" else f" + kNN {t_query:.2f}s = {t_part + t_query:.2f}s"

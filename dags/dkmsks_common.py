@@ -68,7 +68,8 @@ def spark_env() -> dict[str, str]:
 # The tuning parameters as DAG Params, written out as plain literals so DAG parsing imports
 # nothing of the project; tests/dags checks them against dkmsks.core.config.PARAMETERS.
 PARTITION_PARAMS = {
-    "method": Param("dkm", enum=["kop", "sop", "dkm"], description="partitioner: kop, sop or dkm (DkM-SKS)"),
+    "method": Param("dkm", enum=["kop", "sop", "dkm", "ps2"],
+                    description="partitioner: kop, sop, dkm (DkM-SKS) or ps2 (PS2Stream extended to kNN)"),
     "workers": Param(20, type="integer", minimum=1, maximum=1024, description="m, the number of workers"),
     "theta": Param(20, type="integer", minimum=1, description="SOP: split until theta * m regions"),
     "gamma1": Param(100_000, type="integer", minimum=1,
@@ -80,6 +81,13 @@ PARTITION_PARAMS = {
     "t0": Param(0, type="integer", description="end of the initial phase T0"),
     "new_cost": Param("live", enum=["live", "paper"],
                       description="cost of a new subscription: its actual ball (live) or the paper's estimate"),
+    "ps2_theta": Param(20, type="integer", minimum=1, description="ps2: split until ps2_theta * m leaves"),
+    "ps2_rho": Param(0.75, type="number", minimum=0.5, exclusiveMaximum=1,
+                     description="ps2: a balanced split's larger child holds at most rho of the load"),
+    "ps2_alpha": Param(1, type="integer", minimum=0, description="ps2: count weight of an object"),
+    "ps2_beta": Param(1, type="integer", minimum=0, description="ps2: count weight of a subscription"),
+    "ps2_new": Param("argmin", enum=["argmin", "route"],
+                     description="ps2: new subscriptions to the lowest count (argmin) or their home leaf (route)"),
     "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
 }
 

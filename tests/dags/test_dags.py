@@ -85,6 +85,8 @@ def test_partition_params_refuse_bad_values_with_clear_messages(dagbag, name, va
     params = ParamsDict(copy.deepcopy(dagbag.dags["dkmsks_partition"].params))  # not the DAG's own
     params["method"], params["workers"] = "sop", 7  # non-default values are accepted
     assert params.validate()["method"] == "sop"
+    params["method"] = "ps2"
+    assert params.validate()["method"] == "ps2"
     with pytest.raises(ParamValidationError, match=message):
         params[name] = value
 
@@ -102,8 +104,9 @@ def test_partition_params_are_the_configs_declarations(dagbag):
         if p.choices is not None:
             assert schema["enum"] == p.choices, p.name
         else:
-            assert schema["type"] == "integer", p.name
+            assert schema["type"] == ("integer" if p.kind is int else "number"), p.name
             assert schema.get("minimum") == p.minimum and schema.get("maximum") == p.maximum, p.name
+            assert schema.get("exclusiveMaximum") == p.below, p.name
 
 
 def test_dag_files_import_nothing_heavy():

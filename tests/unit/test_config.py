@@ -24,7 +24,7 @@ def test_defaults_are_the_papers_and_the_projects():
     ({"theta": "x"}, "theta must be an integer, got 'x'"),
     ({"gamma2": -1}, "gamma2 must be at least 0, got -1"),
     ({"grid": 1 << 21}, "grid must be at most 1048576"),
-    ({"method": "grid"}, "method must be one of kop, sop, dkm, got 'grid'"),
+    ({"method": "grid"}, "method must be one of kop, sop, dkm, ps2, got 'grid'"),
     ({"new_cost": "guess"}, "new_cost must be one of live, paper, got 'guess'"),
     ({"workers": True}, "workers must be a number, got True"),
 ])

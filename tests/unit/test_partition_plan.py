@@ -152,7 +152,7 @@ def test_method_from_str() -> None:
     assert Method.from_str("KOP") is Method.KOP
     assert Method.from_str("dkm-sks") is Method.DKM
     assert Method.from_str(Method.SOP) is Method.SOP
-    with pytest.raises(ValueError, match="valid methods: kop, sop, dkm"):
+    with pytest.raises(ValueError, match="method must be one of kop, sop, dkm, ps2"):
         Method.from_str("grid")
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
-__all__ = ["Method", "NewCost", "Parameter", "PARAMETERS", "PartitionConfig", "DEFAULTS"]
+__all__ = ["Method", "NewCost", "Ps2New", "Parameter", "PARAMETERS", "PartitionConfig", "DEFAULTS"]
 
 
 class _Choice(str, Enum):
@@ -39,7 +39,7 @@ class _Choice(str, Enum):
             return cls(key)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown {cls._label()} {text!r}; valid {cls._label()}s: {valid}") from None
+            raise ValueError(f"{cls._label()} must be one of {valid}, got {text!r}") from None
 
     @classmethod
     def _label(cls) -> str:
@@ -51,19 +51,33 @@ class _Choice(str, Enum):
 
 
 class Method(_Choice):
-    """The partitioners (DESIGN §2): KOP, SOP and DkM-SKS."""
+    """The partitioners (DESIGN §2): KOP, SOP, DkM-SKS and PS²Stream extended to kNN (§2.5)."""
 
     KOP = "kop"
     SOP = "sop"
     DKM = "dkm"
+    PS2 = "ps2"
 
     @classmethod
     def _aliases(cls) -> dict[str, str]:
-        return {"dkm-sks": "dkm", "dkmsks": "dkm"}
+        return {"dkm-sks": "dkm", "dkmsks": "dkm", "ps2stream": "ps2", "ps2-stream": "ps2", "ps²stream": "ps2",
+                "ps²-stream": "ps2", "ps²": "ps2"}
 
     @classmethod
     def _label(cls) -> str:
         return "method"
+
+
+class Ps2New(_Choice):
+    """Where ``ps2`` puts a new subscription (DESIGN §2.5): the worker with the lowest count
+    (``argmin``, the method's rule) or its home leaf's worker (``route``, an option)."""
+
+    ARGMIN = "argmin"
+    ROUTE = "route"
+
+    @classmethod
+    def _label(cls) -> str:
+        return "ps2_new"
 
 
 class NewCost(_Choice):
@@ -79,7 +93,7 @@ class NewCost(_Choice):
 
     @classmethod
     def _label(cls) -> str:
-        return "new_cost value"
+        return "new_cost"
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class Parameter:
     help: str
     minimum: float | None = None
     maximum: float | None = None
+    below: float | None = None  # an exclusive maximum
 
     @property
     def flag(self) -> str:
@@ -104,10 +119,7 @@ class Parameter:
     def check(self, value: Any) -> Any:
         """``value`` converted to this parameter's type, or a :class:`ValueError` naming it."""
         if self.choices is not None:
-            try:
-                return self.kind.from_str(value)
-            except ValueError:
-                raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}") from None
+            return self.kind.from_str(value)
         if isinstance(value, bool):
             raise ValueError(f"{self.name} must be a number, got {value!r}")
         if self.kind is int:
@@ -128,6 +140,8 @@ class Parameter:
             raise ValueError(f"{self.name} must be at least {_number(self.minimum)}, got {value!r}")
         if self.maximum is not None and number > self.maximum:
             raise ValueError(f"{self.name} must be at most {_number(self.maximum)}, got {value!r}")
+        if self.below is not None and number >= self.below:
+            raise ValueError(f"{self.name} must be below {_number(self.below)}, got {value!r}")
         return number
 
 
@@ -146,6 +160,15 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("new_cost", NewCost, NewCost.LIVE,
               "cost of a new subscription: over its actual ball, re-estimated as it shrinks (live), "
               "or the paper's estimate from its ball in O_init (paper)"),
+    Parameter("ps2_theta", int, 20, "ps2: split until ps2_theta * m leaves", minimum=1),
+    Parameter("ps2_rho", float, 0.75,
+              "ps2: a split is balanced when its larger child holds at most rho of the load (0.5 <= rho < 1)",
+              minimum=0.5, below=1.0),
+    Parameter("ps2_alpha", int, 1, "ps2: count weight of an object", minimum=0),
+    Parameter("ps2_beta", int, 1, "ps2: count weight of a subscription", minimum=0),
+    Parameter("ps2_new", Ps2New, Ps2New.ARGMIN,
+              "ps2: a new subscription goes to the worker with the lowest count (argmin) or to its home "
+              "leaf's worker (route)"),
 )
 
 _BY_NAME = {p.name: p for p in PARAMETERS}
@@ -167,14 +190,23 @@ class PartitionConfig:
     grid: int = _BY_NAME["grid"].default
     t0: int = _BY_NAME["t0"].default
     new_cost: NewCost = _BY_NAME["new_cost"].default
+    ps2_theta: int = _BY_NAME["ps2_theta"].default
+    ps2_rho: float = _BY_NAME["ps2_rho"].default
+    ps2_alpha: int = _BY_NAME["ps2_alpha"].default
+    ps2_beta: int = _BY_NAME["ps2_beta"].default
+    ps2_new: Ps2New = _BY_NAME["ps2_new"].default
 
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _BY_NAME[f.name].check(getattr(self, f.name)))
+        if self.ps2_alpha == 0 and self.ps2_beta == 0:
+            raise ValueError("ps2_alpha and ps2_beta cannot both be 0: every load would be 0")
 
     def partition_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`dkmsks.core.partition.partition` after ``method``."""
-        return {"m": self.workers, "theta": self.theta, "gamma1": self.gamma1, "gamma2": self.gamma2}
+        return {"m": self.workers, "theta": self.theta, "gamma1": self.gamma1, "gamma2": self.gamma2,
+                "ps2_theta": self.ps2_theta, "ps2_rho": self.ps2_rho, "ps2_alpha": self.ps2_alpha,
+                "ps2_beta": self.ps2_beta}
 
     def replace(self, **changes: Any) -> PartitionConfig:
         """A copy with ``changes`` applied (validated again)."""

@@ -152,7 +152,7 @@ class Engine:
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"`` or ``"dkm"`` (DESIGN §2).
+        ``"kop"``, ``"sop"``, ``"dkm"`` (DESIGN §2) or ``"ps2"`` (PS2STREAM §3).
     space
         Data space fixed at partition time (DESIGN §1).
     workers
@@ -208,7 +208,7 @@ class Engine:
         """Place the initial subscriptions with their exact kNN within ``O_init`` (paper §3).
 
         ``assignment[i]`` is the worker of ``subs[i]`` (the partition plan); ``groups[i]`` its
-        region subset (SOP only).
+        region subset (SOP) or home leaf (PS²Stream).
         """
         assignment = np.asarray(assignment, dtype=np.int64)
         if assignment.shape[0] != len(subs):
@@ -407,8 +407,8 @@ def build_engine(
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
     ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``config.method`` (DESIGN §2)
-    and its main server (``config.new_cost``: how it estimates new subscriptions, see
-    :mod:`dkmsks.core.partition.server`), and an :class:`Engine` loaded with every initial
+    (§2.5 for ``ps2``) and its main server (``config.new_cost``: how it estimates new subscriptions,
+    see :mod:`dkmsks.core.partition.server`; ``config.ps2_new``: where ``ps2`` sends them), and an :class:`Engine` loaded with every initial
     subscription.
 
     Returns the engine (ready for :meth:`Engine.run` from ``config.t0 + 1``) and a :class:`Setup`.
@@ -434,13 +434,14 @@ def build_engine(
     knn = knn_index.query(subs, width=width)
     c1 = clock_()
     stats = ObjectStatistics.build(o_init, n_keywords)
-    plan = partition(config.method, stats, knn, subs, space, **config.partition_kwargs())
-    server = MainServer(plan, stats, knn_index, new_cost=config.new_cost)
+    plan = partition(config.method, stats, knn, subs, space, objects=o_init, **config.partition_kwargs())
+    server = MainServer(plan, stats, knn_index, new_cost=config.new_cost, ps2_new=config.ps2_new)
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
     engine = Engine(method, space, workers, server, clock=clock, grid=config.grid, budget=budget, **index_options)
-    groups = plan.subset if plan.method.value == "sop" else None
+    # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
+    groups = plan.subset if plan.method.value in ("sop", "ps2") else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)
     c3 = clock_()
     setup = Setup(plan, server, len(o_init), len(subs), c1 - c0, c2 - c1, c3 - c2)

@@ -254,12 +254,14 @@ def process_stepwise(
 
 
 class Worker:
-    """One worker of DkM-SKS (or KOP / SOP): its kNN state and its index (paper §3, §4).
+    """One worker of DkM-SKS (or KOP / SOP / PS²Stream): its kNN state and its index (paper
+    §3, §4).
 
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"`` or ``"dkm"`` — selects the index kind (DESIGN §2).
+        ``"kop"``, ``"sop"``, ``"dkm"`` or ``"ps2"`` — selects the index kind (DESIGN §2,
+        PS2STREAM §3.4).
     space
         The data space fixed at partition time (DESIGN §1; used by the grid).
     grid
@@ -306,8 +308,9 @@ class Worker:
     ) -> Int64Array:
         """Register subscriptions (initial ones with their ``O_init`` kNN, new ones empty).
 
-        ``groups`` (SOP only) are the plan's region-subset ids of the subscriptions; when
-        omitted the SOP index picks the subset whose ``R`` holds each location.
+        ``groups`` (SOP and PS²Stream) are the plan's subset ids of the subscriptions (region
+        subsets; PS²Stream home leaves); when omitted the SOP index picks the subset whose
+        ``R`` holds each location and the PS²Stream index the overflow part.
         """
         rows = self.state.add(subs, knn)
         g = None if groups is None else np.asarray(groups, dtype=np.int64)

@@ -1,10 +1,12 @@
 """Worker indexes: candidate (object, subscription) pairs for a batch of new objects.
 
-Three kinds, one per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3):
+One kind per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3; PS2STREAM §3.4):
 
 - :class:`KopIndex` — one inverted file keyword → subscription rows (paper §3.1, "kNN update");
 - :class:`SopIndex` — per region subset its rectangle ``R`` and an inverted file; an object
   probes only the subsets whose ``R`` contains it (paper §3.2);
+- :class:`Ps2Index` — PS²Stream: SOP's layout with one part per home leaf and one overflow
+  part for new subscriptions (PS2STREAM §3.4);
 - :class:`GridIndex` — DkM-SKS: a ``G × G`` grid over the data space, per cell an inverted file
   of every subscription whose ball overlaps the cell (paper §4.3), with coarser levels for
   large balls.
@@ -525,6 +527,27 @@ class SopIndex(_PostingsIndex):
             yield keys, oi[owner]
 
 
+class Ps2Index(SopIndex):
+    """PS²Stream worker index (PS2STREAM §3.4): SOP's layout over the subscriptions' balls.
+
+    Initial subscriptions are grouped by their home leaf (the plan's ``subset``, passed as
+    ``groups``); every subscription added without a group — all new ones (§3.6), and initial
+    ones restored without their leaf — goes to one overflow part, label :attr:`OVERFLOW`.
+    Each part has an inverted file and ``R``, the MBR of its members' current balls, which is
+    *not* the leaf's cell: balls reach past cells. As in :class:`SopIndex`, ``R`` grows at
+    once when a ball is added and shrinks lazily, and is not clipped to the data space so that
+    objects outside it still find the balls that reach them (DESIGN §3 fact 1).
+    """
+
+    kind = "ps2"
+
+    #: Label of the overflow part (plan subset ids are ``>= 0``).
+    OVERFLOW = -1
+
+    def _choose(self, state: KnnState, rows: Int64Array) -> Int64Array:
+        return np.full(rows.shape[0], self._local(self.OVERFLOW), dtype=np.int64)
+
+
 class GridIndex(_PostingsIndex):
     """DkM-SKS worker index: a ``G × G`` grid, per cell an inverted file (paper §4.3).
 
@@ -791,7 +814,8 @@ class GridIndex(_PostingsIndex):
 
 
 def make_index(method: str, space: Rect, *, grid: int = DEFAULT_GRID, **kw: float) -> WorkerIndex:
-    """The worker index of a partitioning method: ``kop``, ``sop`` or ``dkm`` (DESIGN §2)."""
+    """The worker index of a partitioning method: ``kop``, ``sop``, ``dkm`` (DESIGN §2) or
+    ``ps2`` (PS2STREAM §3.4)."""
     m = method.lower()
     if m == "kop":
         return KopIndex(**kw)  # type: ignore[arg-type]
@@ -799,4 +823,6 @@ def make_index(method: str, space: Rect, *, grid: int = DEFAULT_GRID, **kw: floa
         return SopIndex(**kw)  # type: ignore[arg-type]
     if m == "dkm":
         return GridIndex(space, grid, **kw)  # type: ignore[arg-type]
-    raise ValueError(f"unknown method {method!r}; valid methods: kop, sop, dkm")
+    if m == "ps2":
+        return Ps2Index(**kw)  # type: ignore[arg-type]
+    raise ValueError(f"unknown method {method!r}; valid methods: kop, sop, dkm, ps2")

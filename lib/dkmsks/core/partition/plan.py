@@ -7,13 +7,17 @@ A :class:`PartitionPlan` is a frozen value holding, as compact numpy columns,
 - per worker: its load ``C(w)`` (Algorithm 1 / Algorithm 3);
 - per subset (:class:`SubsetTable`): for SOP the quadtree regions of §3.2 (region ``r``, the
   MBR ``R`` of the subset's balls, ``C(S_r)`` of Eq. 3, worker); for DkM-SKS the subsets
-  returned by Algorithm 2 (``R``, region, ``C(S_r)`` of Eq. 6, how the subset was made).
+  returned by Algorithm 2 (``R``, region, ``C(S_r)`` of Eq. 6, how the subset was made); for
+  PS²Stream (``ps2``) the leaves of its hybrid split (leaf rectangle, term set, count load
+  ``L(p)``, worker; PS2STREAM §3.3).
 
 Costs are kept exactly as integer *weights*: ``weight = cost · |O_init|``. Every cost of the
 paper is a sum of object counts divided by ``|O_init|`` (Eq. 1–6), so integer weights make the
 comparisons of Algorithm 2 (``C_s < C_h``), the greedy tie-breaks and the load sums exact and
 reproducible; :attr:`PartitionPlan.costs` and :attr:`PartitionPlan.loads` give the paper's
-probabilities.
+probabilities. PS²Stream has no costs: its weights are the counts ``β`` per subscription and
+``L(p) = α·|O_p| + β·|S_p|`` per leaf (PS2STREAM §3.2), integers as well; divided by
+``|O_init|`` they are only rescaled counts.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ class SplitKind(IntEnum):
     """How a subset of Algorithm 2 was produced (its last split)."""
 
     ROOT = 0  #: never split: the whole of ``S``
-    SPACE = 1  #: a quadrant child of Space-only-Partition (SOP regions are all of this kind)
+    SPACE = 1  #: a quadrant child of Space-only-Partition (SOP regions are all of this kind),
+    #: or a half of a PS²Stream space split
     HYBRID = 2  #: a group of Hybrid-Partition (keeps its parent's region)
+    TEXT = 3  #: a term group of a PS²Stream text split (keeps its parent's rectangle)
 
 
 def _ro(a: npt.ArrayLike, dtype: Any, shape_tail: tuple[int, ...] = ()) -> np.ndarray:
@@ -55,27 +61,39 @@ def _ro(a: npt.ArrayLike, dtype: Any, shape_tail: tuple[int, ...] = ()) -> np.nd
 
 @dataclass(frozen=True, eq=False)
 class SubsetTable:
-    """Subsets of a plan, one row each (SOP regions or the subsets of Algorithm 2).
+    """Subsets of a plan, one row each (SOP regions, the subsets of Algorithm 2 or the
+    PS²Stream leaves).
 
     Attributes
     ----------
     rect
         float64 ``[n, 4]`` ``(xmin, ymin, xmax, ymax)``: ``R``, the MBR of the subset's balls
-        clipped to the data space (the whole space when a ball is infinite).
+        clipped to the data space (the whole space when a ball is infinite). A PS²Stream leaf
+        that is home to no subscription has nothing to bound: its ``rect`` is its ``region``
+        clipped to the data space.
     region
         float64 ``[n, 4]``: the quadtree region ``r`` the subset lives in (for a hybrid child,
-        its parent's region).
+        its parent's region); for PS²Stream the half-open leaf rectangle ``R_p``
+        (``[xmin, xmax) × [ymin, ymax)``, PS2STREAM §3.2).
     weight
-        int64 ``[n]``: ``C(S_r) · |O_init|`` (Eq. 3 for SOP, Eq. 6 for DkM-SKS).
+        int64 ``[n]``: ``C(S_r) · |O_init|`` (Eq. 3 for SOP, Eq. 6 for DkM-SKS); for PS²Stream
+        the count load ``L(p) = α·|O_p| + β·|S_p|``.
     size
-        int64 ``[n]``: ``|S_r|``.
+        int64 ``[n]``: ``|S_r|``, the subscriptions that live in the subset (for PS²Stream the
+        leaf's home subscriptions, not every subscription counted in it).
     worker
-        int32 ``[n]``: the worker of the subset (SOP, Algorithm 1 over subsets); ``-1`` for
-        DkM-SKS, whose subsets are spread over workers by Algorithm 3.
+        int32 ``[n]``: the worker of the subset (SOP and PS²Stream, Algorithm 1 over subsets);
+        ``-1`` for DkM-SKS, whose subsets are spread over workers by Algorithm 3.
     kind
         int8 ``[n]``: :class:`SplitKind`.
     depth
         int32 ``[n]``: depth in the partition tree (root = 0).
+    all_terms
+        bool ``[n]``: the subset's term set is ALL (PS2STREAM §3.2). Always true for KOP, SOP
+        and DkM-SKS, which have no term sets; default all true.
+    terms_ptr, terms
+        The explicit term sets in CSR form: row ``j`` is ``terms[terms_ptr[j]:terms_ptr[j+1]]``
+        (keyword ids, ascending), empty where ``all_terms``. Default: every row empty.
     """
 
     rect: Float64Array
@@ -85,6 +103,9 @@ class SubsetTable:
     worker: Int32Array
     kind: npt.NDArray[np.int8]
     depth: Int32Array
+    all_terms: npt.NDArray[np.bool_] = field(default=None)  # type: ignore[assignment]
+    terms_ptr: Int64Array = field(default=None)  # type: ignore[assignment]
+    terms: Int32Array = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rect", _ro(self.rect, np.float64, (4,)))
@@ -98,9 +119,28 @@ class SubsetTable:
         for name in ("size", "worker", "kind", "depth"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"subset column {name!r} has the wrong length")
+        all_terms = np.ones(n, dtype=bool) if self.all_terms is None else self.all_terms
+        ptr = np.zeros(n + 1, dtype=np.int64) if self.terms_ptr is None else self.terms_ptr
+        terms = np.zeros(0, dtype=np.int32) if self.terms is None else self.terms
+        object.__setattr__(self, "all_terms", _ro(all_terms, np.bool_))
+        object.__setattr__(self, "terms_ptr", _ro(ptr, np.int64))
+        object.__setattr__(self, "terms", _ro(terms, np.int32))
+        if self.all_terms.shape != (n,) or self.terms_ptr.shape != (n + 1,):
+            raise ValueError("subset term columns must have one entry per subset (terms_ptr: n + 1)")
+        if (self.terms_ptr[0] != 0 or np.any(np.diff(self.terms_ptr) < 0)
+                or self.terms_ptr[-1] != self.terms.shape[0]):
+            raise ValueError("subset terms_ptr must rise from 0 to len(terms)")
+        if np.any(self.all_terms & (np.diff(self.terms_ptr) > 0)):
+            raise ValueError("a subset whose term set is ALL cannot list terms")
 
     def __len__(self) -> int:
         return int(self.weight.shape[0])
+
+    def terms_of(self, j: int) -> Int32Array | None:
+        """The term set of subset ``j``: its keyword ids, or ``None`` for ALL."""
+        if self.all_terms[j]:
+            return None
+        return self.terms[self.terms_ptr[j] : self.terms_ptr[j + 1]]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,10 +151,15 @@ class SubsetTable:
             "worker": self.worker.tolist(),
             "kind": self.kind.tolist(),
             "depth": self.depth.tolist(),
+            "all_terms": self.all_terms.tolist(),
+            "terms_ptr": self.terms_ptr.tolist(),
+            "terms": self.terms.tolist(),
         }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> SubsetTable:
+        """Inverse of :meth:`to_dict`; a dict without term columns (written before PS²Stream)
+        reads as every term set ALL."""
         return SubsetTable(
             rect=np.asarray(d["rect"], dtype=np.float64).reshape(-1, 4),
             region=np.asarray(d["region"], dtype=np.float64).reshape(-1, 4),
@@ -123,6 +168,9 @@ class SubsetTable:
             worker=np.asarray(d["worker"], dtype=np.int32),
             kind=np.asarray(d["kind"], dtype=np.int8),
             depth=np.asarray(d["depth"], dtype=np.int32),
+            all_terms=None if "all_terms" not in d else np.asarray(d["all_terms"], dtype=np.bool_),
+            terms_ptr=None if "terms_ptr" not in d else np.asarray(d["terms_ptr"], dtype=np.int64),
+            terms=None if "terms" not in d else np.asarray(d["terms"], dtype=np.int32),
         )
 
     def __eq__(self, other: object) -> bool:
@@ -130,7 +178,8 @@ class SubsetTable:
             return NotImplemented
         return all(
             np.array_equal(getattr(self, f), getattr(other, f))
-            for f in ("rect", "region", "weight", "size", "worker", "kind", "depth")
+            for f in ("rect", "region", "weight", "size", "worker", "kind", "depth", "all_terms",
+                      "terms_ptr", "terms")
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -159,11 +208,13 @@ class PartitionPlan:
         int32 ``[n]``: worker of each subscription.
     weight
         int64 ``[n]``: ``C(s) · |O_init|`` of each subscription (Eq. 1; ``P(R)`` of its region
-        for SOP, Eq. 2; Eq. 5 for DkM-SKS).
+        for SOP, Eq. 2; Eq. 5 for DkM-SKS); ``β`` for PS²Stream, which counts subscriptions.
     subset
-        int64 ``[n]``: row of :attr:`subsets` holding the subscription; ``-1`` for KOP.
+        int64 ``[n]``: row of :attr:`subsets` holding the subscription (for PS²Stream its home
+        leaf, PS2STREAM §3.3 step 4); ``-1`` for KOP.
     load_weight
-        int64 ``[m]``: ``C(w) · |O_init|``.
+        int64 ``[m]``: ``C(w) · |O_init|``; for PS²Stream ``L(w) = Σ L(p)`` over the worker's
+        leaves (PS2STREAM §3.3 step 3), which is not the sum of its subscriptions' weights.
     subsets
         :class:`SubsetTable` (empty for KOP).
     """
@@ -260,7 +311,9 @@ class PartitionPlan:
         (method, m, params, space, n_objects, load_weight, format) and the other two are dicts
         of equal-length 1-D numpy columns: ``sub_id, worker, weight, subset`` and
         ``subset, xmin, ymin, xmax, ymax, rxmin, rymin, rxmax, rymax, weight, size, worker,
-        kind, depth`` (``x*``/``y*`` = ``R``, ``r*`` = region).
+        kind, depth, all_terms, terms`` (``x*``/``y*`` = ``R``, ``r*`` = region; ``terms`` is
+        an object column holding one int32 array of keyword ids per subset, a list column
+        in a table).
         """
         d = self.to_dict()
         meta = {k: d[k] for k in ("format", "method", "m", "params", "space", "n_objects",
@@ -268,13 +321,16 @@ class PartitionPlan:
         subs = {"sub_id": self.sub_ids, "worker": self.worker, "weight": self.weight,
                 "subset": self.subset}
         ss = self.subsets
+        terms = np.empty(len(ss), dtype=object)
+        for j in range(len(ss)):
+            terms[j] = ss.terms[ss.terms_ptr[j] : ss.terms_ptr[j + 1]]
         sets = {
             "subset": np.arange(len(ss), dtype=np.int64),
             "xmin": ss.rect[:, 0], "ymin": ss.rect[:, 1], "xmax": ss.rect[:, 2], "ymax": ss.rect[:, 3],
             "rxmin": ss.region[:, 0], "rymin": ss.region[:, 1], "rxmax": ss.region[:, 2],
             "rymax": ss.region[:, 3],
             "weight": ss.weight, "size": ss.size, "worker": ss.worker, "kind": ss.kind,
-            "depth": ss.depth,
+            "depth": ss.depth, "all_terms": ss.all_terms, "terms": terms,
         }
         return meta, subs, sets
 
@@ -283,16 +339,25 @@ class PartitionPlan:
         meta: dict[str, Any], subscriptions: dict[str, Any], subsets: dict[str, Any]
     ) -> PartitionPlan:
         """Inverse of :meth:`to_tables`; rows may come back in any order (they are re-sorted
-        by ``subset``; subscriptions keep the order given)."""
+        by ``subset``; subscriptions keep the order given). Subset tables without the term
+        columns read as every term set ALL."""
         order = np.argsort(np.asarray(subsets["subset"], dtype=np.int64), kind="stable")
-        col = {k: np.asarray(v)[order] for k, v in subsets.items()}
+        col = {k: np.asarray(v)[order] for k, v in subsets.items() if k != "terms"}
         if not np.array_equal(col["subset"], np.arange(order.shape[0])):
             raise ValueError("subset table rows must be numbered 0..n-1")
+        all_terms = terms_ptr = terms = None
+        if "terms" in subsets:
+            rows = [np.asarray(subsets["terms"][i], dtype=np.int32).reshape(-1) for i in order.tolist()]
+            lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
+            terms_ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            terms = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int32)
+        if "all_terms" in subsets:
+            all_terms = col["all_terms"].astype(np.bool_)
         table = SubsetTable(
             rect=np.stack([col["xmin"], col["ymin"], col["xmax"], col["ymax"]], axis=1),
             region=np.stack([col["rxmin"], col["rymin"], col["rxmax"], col["rymax"]], axis=1),
             weight=col["weight"], size=col["size"], worker=col["worker"], kind=col["kind"],
-            depth=col["depth"],
+            depth=col["depth"], all_terms=all_terms, terms_ptr=terms_ptr, terms=terms,
         )
         d = dict(meta)
         d.update(sub_ids=subscriptions["sub_id"], worker=subscriptions["worker"],

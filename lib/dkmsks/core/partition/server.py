@@ -23,6 +23,13 @@ Estimates for a new subscription ``s_n`` (DESIGN §2):
 The estimate only balances load: a worker must index a new subscription with its *actual*
 ball (the whole space until it has ``k`` results), never with ``R_n`` (DESIGN §2).
 
+PS²Stream (``ps2``, PS2STREAM §3.6–3.7) estimates nothing: ``C(w)`` starts as the plan's count
+load ``L(w)``, a new subscription goes to the worker with the lowest count and adds ``β``, a
+deletion subtracts ``β``; neither ``new_cost`` nor :meth:`MainServer.refresh` changes anything,
+since counts do not depend on balls. ``ps2_new="route"`` sends a new subscription to the worker
+of its home leaf instead (:func:`~dkmsks.core.partition.ps2.route_home`; decision 9 of
+:mod:`dkmsks.core.partition.ps2`).
+
 ``new_cost="live"`` (ours, not the paper's): the paper's estimate describes the ball a new
 subscription *would* have in ``O_init``, but its actual ball is infinite until ``k`` matching
 objects have arrived (DESIGN §1), and on real data that takes many timestamps: meanwhile every
@@ -58,7 +65,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.config import DEFAULTS, NewCost
+from dkmsks.core.config import DEFAULTS, NewCost, Ps2New
 from dkmsks.core.model import (
     Float64Array,
     Int32Array,
@@ -76,6 +83,7 @@ from dkmsks.core.partition._common import (
 )
 from dkmsks.core.partition.greedy import assign_in_order
 from dkmsks.core.partition.plan import Method, PartitionPlan
+from dkmsks.core.partition.ps2 import route_home
 
 __all__ = ["MainServer", "RectIndex"]
 
@@ -238,7 +246,8 @@ class MainServer:
         The initial :class:`PartitionPlan`; its subscriptions start live, its loads are the
         initial ``C(w)``.
     stats
-        :class:`~dkmsks.core.stats.ObjectStatistics` of the same ``O_init``.
+        :class:`~dkmsks.core.stats.ObjectStatistics` of the same ``O_init`` (unused by
+        PS²Stream, which counts and never estimates).
     knn_index
         :class:`~dkmsks.core.knn_init.StaticKnnIndex` over ``O_init`` (needed by SOP and
         DkM-SKS unless every :meth:`assign` call passes ``knn=``; KOP ignores it).
@@ -253,6 +262,11 @@ class MainServer:
         ``"live"`` only: re-cost a ball once its squared radius is at most this fraction of
         the one it was last costed with (module doc); ``1.0`` re-costs every change.
 
+    ps2_new
+        PS²Stream only: ``"argmin"`` (default, PS2STREAM §3.6) gives a new subscription to the
+        worker with the lowest count; ``"route"`` to the worker of its home leaf (the lowest
+        count when no leaf shares a keyword with it).
+
     Costs are handled as integer weights (``cost · |O_init|``), as in the plan;
     :attr:`loads` and :meth:`lookup` convert them to the paper's probabilities.
     """
@@ -265,10 +279,12 @@ class MainServer:
         *,
         new_cost: NewCost | str = DEFAULTS.new_cost,
         refresh_shrink: float = 0.5,
+        ps2_new: Ps2New | str = DEFAULTS.ps2_new,
     ) -> None:
         new_cost = NewCost.from_str(new_cost)
         if not 0.0 < refresh_shrink <= 1.0:
             raise ValueError(f"refresh_shrink must be in (0, 1], got {refresh_shrink}")
+        self.ps2_new = Ps2New.from_str(ps2_new)
         self.new_cost = new_cost
         self.refresh_shrink = float(refresh_shrink)
         self.plan = plan
@@ -293,6 +309,8 @@ class MainServer:
         self._rect_index: RectIndex | None = None
         if self.method is Method.DKM:
             self._rect_index = RectIndex(plan.subsets.rect, plan.space)
+        # PS²Stream's weight of every subscription: a count, never a cost.
+        self._ps2_beta = int(plan.params["beta"]) if self.method is Method.PS2 else 0
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -362,10 +380,13 @@ class MainServer:
         weights, subset
             The weights and, for DkM-SKS, the plan row of ``S*`` (Eq. 7; ``-1`` when no
             subset overlaps ``R_n`` and ``R_n`` itself was used; always ``-1`` otherwise).
+            PS²Stream: ``β`` each (a count, PS2STREAM §3.6).
         """
         n = len(subs)
         rows = np.arange(n, dtype=np.int64)
         none = np.full(n, -1, dtype=np.int64)
+        if self.method is Method.PS2:
+            return np.full(n, self._ps2_beta, dtype=np.int64), none
         if self.method is Method.KOP:
             return keyword_weights(self.stats, subs.keywords, rows), none
         rn = self.query_rects(subs, knn=knn)
@@ -384,11 +405,14 @@ class MainServer:
 
         ``radius2[i]`` is the squared radius of ``subs[i]``'s ball (``inf`` while it has fewer
         than ``k`` results: the whole data space). DkM-SKS: Eq. 5 with ``R`` = the ball's MBR;
-        SOP: Eq. 2 over it; KOP: Eq. 1 (no ball). This is the ``"live"`` estimate.
+        SOP: Eq. 2 over it; KOP: Eq. 1 (no ball); PS²Stream: ``β`` (a count, no ball). This is
+        the ``"live"`` estimate.
         """
         n = len(subs)
         rows = np.arange(n, dtype=np.int64)
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), (n,))
+        if self.method is Method.PS2:
+            return np.full(n, self._ps2_beta, dtype=np.int64)
         if self.method is Method.KOP:
             return keyword_weights(self.stats, subs.keywords, rows)
         out = np.zeros(n, dtype=np.int64)
@@ -417,7 +441,8 @@ class MainServer:
     # ---- insertions and deletions --------------------------------------------------------
     def assign(self, subs: Subscriptions, *, knn: Any = None) -> Int32Array:
         """Register new subscriptions: estimate each cost and give each, in input order, to
-        the least-loaded worker (lowest index on ties), updating ``C(w)``.
+        the least-loaded worker (lowest index on ties), updating ``C(w)``. PS²Stream: weight
+        ``β``, no estimate (or, with ``ps2_new="route"``, the home leaf's worker).
 
         Parameters
         ----------
@@ -440,21 +465,46 @@ class MainServer:
         if np.any(live >= 0):
             dup = ids[live >= 0][:5].tolist()
             raise ValueError(f"subscriptions already live: {dup}")
-        if self.new_cost == "live":
-            # A new subscription starts with an empty result: its ball is the whole space.
-            weights = self.ball_weights(subs, np.full(ids.shape[0], np.inf))
+        if self.method is Method.PS2:
+            weights, _ = self.estimate_weights(subs)
+            workers = self._ps2_workers(subs)
         else:
-            weights, _ = self.estimate_weights(subs, knn=knn)
-        workers, self._load = assign_in_order(
-            weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
-        )
+            if self.new_cost == "live":
+                # A new subscription starts with an empty result: its ball is the whole space.
+                weights = self.ball_weights(subs, np.full(ids.shape[0], np.inf))
+            else:
+                weights, _ = self.estimate_weights(subs, knn=knn)
+            workers, self._load = assign_in_order(
+                weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
+            )
         for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist()):
             self._extra[sid] = (w, c)
-        if self.new_cost == "live":
+        if self.new_cost == "live" and self.method is not Method.PS2:
             kws = subs.keywords
             for i, sid in enumerate(ids.tolist()):
                 kw = tuple(kws.ids[kws.ptr[i] : kws.ptr[i + 1]].tolist())
                 self._where[sid] = (float(subs.x[i]), float(subs.y[i]), kw, math.inf)
+        return workers
+
+    def _ps2_workers(self, subs: Subscriptions) -> Int32Array:
+        """PS2STREAM §3.6: in input order, each to ``argmin C(w)`` (lowest id on ties), or to
+        its home leaf's worker under ``ps2_new="route"``; ``C(w) += β`` either way."""
+        n = len(subs)
+        beta = self._ps2_beta
+        if self.ps2_new == "argmin":
+            workers, self._load = assign_in_order(
+                np.full(n, beta, dtype=np.int64), np.arange(n), self.m, initial_loads=self._load
+            )
+            return workers
+        ss = self.plan.subsets
+        home = route_home(ss, self.space, subs.x, subs.y, subs.keywords)
+        # (A PS²Stream plan always has a leaf: the root at least.)
+        routed = np.where(home >= 0, ss.worker[np.maximum(home, 0)], -1)
+        workers = np.empty(n, dtype=np.int32)
+        for i, w in enumerate(routed.tolist()):
+            # np.argmin returns the first minimum: the lowest worker id on ties.
+            workers[i] = w if w >= 0 else int(np.argmin(self._load))
+            self._load[workers[i]] += beta
         return workers
 
     def refresh(self, sub_ids: npt.ArrayLike, radius2: npt.ArrayLike) -> int:
@@ -474,14 +524,15 @@ class MainServer:
         costs were recomputed: only balls that became finite or whose squared radius fell to
         ``refresh_shrink`` of the one last costed (``inf`` for a subscription never refreshed)
         are re-costed; the others keep their cost until they shrink that far. KOP, whose Eq. 1
-        ignores the ball, always gives 0. Deterministic; the order of ``sub_ids`` is irrelevant.
+        ignores the ball, and PS²Stream, which counts, always give 0. Deterministic; the order
+        of ``sub_ids`` is irrelevant.
         """
         ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
         if ids.shape[0] != r2.shape[0]:
             raise ValueError("refresh needs one radius² per subscription id")
-        if self.new_cost != "live" or not self._where or self.method is Method.KOP:
-            return 0  # (Eq. 1 does not depend on the ball: nothing to re-estimate for KOP)
+        if self.new_cost != "live" or not self._where or self.method in (Method.KOP, Method.PS2):
+            return 0  # (Eq. 1 and PS²Stream's counts do not depend on the ball)
         where, shrink = self._where, self.refresh_shrink
         # Only balls that became finite or shrank enough since they were last costed.
         pick = []
