@@ -1,9 +1,9 @@
 -- One row per partition plan (versioned): method, parameters, sizes and the plan metadata.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   plan_version BIGINT NOT NULL COMMENT 'increases by one per (re)partitioning',
-  method STRING NOT NULL COMMENT 'kop, sop or dkm',
+  method STRING NOT NULL COMMENT 'kop, sop, dkm or ps2',
   workers INT NOT NULL COMMENT 'm',
-  params STRING NOT NULL COMMENT 'tuning parameters as JSON (theta, gamma1, gamma2, grid, t0)',
+  params STRING NOT NULL COMMENT 'the PartitionConfig as JSON (dkmsks.core.config)',
   subsets BIGINT NOT NULL,
   subscriptions BIGINT NOT NULL,
   o_init BIGINT NOT NULL,

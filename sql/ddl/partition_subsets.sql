@@ -1,4 +1,5 @@
--- Subsets of a plan: rectangle R (MBR of the balls), region, cost (Eq. 3 / Eq. 6), worker.
+-- Subsets of a plan: rectangle R (MBR of the balls), region, cost (Eq. 3 / Eq. 6; ps2: the count
+-- L(p)), worker, and for ps2 the part's term set.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   plan_version BIGINT NOT NULL,
   subset BIGINT NOT NULL,
@@ -8,7 +9,9 @@ CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   size BIGINT NOT NULL COMMENT 'subscriptions in the subset',
   worker INT NOT NULL COMMENT 'SOP: worker of the whole subset; -1 when spread (DkM-SKS)',
   kind INT NOT NULL COMMENT 'split kind that made the subset',
-  depth INT NOT NULL
+  depth INT NOT NULL,
+  all_terms BOOLEAN COMMENT 'ps2: the part holds every term (null in plans of other methods: ALL)',
+  terms ARRAY<STRING> COMMENT 'ps2: the part''s term set when not all_terms'
 ) USING delta
 PARTITIONED BY (plan_version)
 COMMENT 'dkmsks: partition plan subsets'

@@ -115,7 +115,7 @@ def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spa
     _assert_equal(_state_results(pipeline_db), engine.results())
 
 
-@pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
+@pytest.mark.parametrize("method", ["kop", "sop", "dkm", "ps2"])
 @pytest.mark.parametrize("m", [1, 20])
 def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workload, m, method):
     from dkmsks.jobs.microbatch import run_microbatch
@@ -125,6 +125,59 @@ def test_worker_counts_one_and_twenty_equal_the_oracle(spark, pipeline_db, workl
     assert spark.table("knn_state").select("worker").distinct().count() == min(m, 300)
     run_microbatch(spark, pipeline_db, run_id="m")
     _assert_equal(_state_results(pipeline_db), oracle[T])
+
+
+@pytest.fixture(scope="module")
+def names_landing(spark, spark_warehouse, tmp_path_factory):
+    """A small workload from the Twitter stand-in (POIs with name words), ingested once."""
+    from conftest import NAMES_FILE
+    from dkmsks.spark.catalog import register
+    from dkmsks.spark.ingest import ingest_events, ingest_objects
+
+    spec = WorkloadSpec(o_init=2000, subscriptions=300, timestamps=3, objects_per_ts=200, inserts_per_ts=20,
+                        deletes_per_ts=20, k_max=6, seed=12)
+    source, vocab = real_objects(spec.objects_needed, NAMES_FILE)
+    objects, events = generate_workload(source, spec)
+    folder = tmp_path_factory.mktemp("names")
+    write_objects(folder / "objects.tsv.gz", objects, vocab)
+    write_events(folder / "events.tsv.gz", events, vocab)
+    v = Vocabulary()
+    objs, evs = read_objects(folder / "objects.tsv.gz", v).objects, read_events(folder / "events.tsv.gz", v).events
+    warehouse = spark_warehouse.with_database("names_landing")
+    register(spark, warehouse)
+    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
+    ingest_events(spark, folder / "events.tsv.gz", run_id="test")
+    spark.catalog.setCurrentDatabase("default")
+    return warehouse, spec, {t: oracle_results(objs, evs, t) for t in range(spec.timestamps + 1)}
+
+
+@pytest.mark.parametrize("m", [1, 7, 20])
+def test_ps2_on_the_twitter_stand_in_equals_the_oracle(spark, spark_warehouse, names_landing, request, m):
+    """PS²Stream changes where work happens, never what is computed: with insertions and
+    deletions, at every timestamp, on the data set with a large vocabulary (text splits)."""
+    from conftest import database_name
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark.catalog import register
+    from dkmsks.spark.lake import Lake
+    from dkmsks.spark.plans import current_plan
+
+    landing, spec, oracle = names_landing
+    warehouse = spark_warehouse.with_database(database_name("n_", request))
+    spark.sql(f"CREATE DATABASE {warehouse.database}")
+    for table in ("objects", "subscription_events"):
+        spark.sql(f"CREATE TABLE {warehouse.database}.{table} SHALLOW CLONE {landing.database}.{table}")
+    register(spark, warehouse)
+    try:
+        _partition(spark, warehouse, "ps2", m)
+        info = current_plan(Lake.of(warehouse))
+        assert info.method == "ps2" and info.workers == m
+        _assert_equal(_results_at(warehouse, 0), oracle[0])
+        for t in range(1, spec.timestamps + 1):
+            assert run_microbatch(spark, warehouse, run_id=f"ts-{t}", max_timestamps=1).timestamps == [t]
+            _assert_equal(_state_results(warehouse), oracle[t])
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+        spark.sql(f"DROP DATABASE IF EXISTS {warehouse.database} CASCADE")
 
 
 def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeline_db, workload):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dkmsks.core.config import PartitionConfig
+from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Subscriptions, Vocabulary, data_space
 from dkmsks.core.oracle import live_subscriptions
@@ -85,11 +85,11 @@ def run_partition(spark: SparkSession, warehouse: Warehouse, config: PartitionCo
 
         started = time.perf_counter()
         space = data_space(objects, subs)
-        plan = partition(config.method, stats, (ids, d2), subs, space, **config.partition_kwargs())
+        plan = partition(config.method, stats, (ids, d2), subs, space, objects=objects, **config.partition_kwargs())
         phases["partition"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
-        write_plan(spark, plan, version, config, t0)
+        write_plan(spark, plan, version, config, t0, vocab)
         arrays = StateArrays(subs.ids, subs.x, subs.y, subs.keywords, subs.k, subs.t, ids, d2)
         overwrite_state(spark, warehouse, state_table(plan, version, arrays, vocab, np.full(len(subs), t0)),
                         plan_version=version, through_t=t0)
@@ -118,20 +118,22 @@ def run_repartition(spark: SparkSession, warehouse: Warehouse, config: Partition
         config = config.replace(t0=info.config.t0)
         t_last = last_processed(lake)
         vocab = Vocabulary()
-        stats, _ = oinit_statistics(lake, config.t0, vocab, warehouse.cache_dir)
+        # ps2 counts O_init's objects per part itself; the others need only the statistics.
+        stats, objects = oinit_statistics(lake, config.t0, vocab, warehouse.cache_dir,
+                                          need_objects=config.method is Method.PS2)
         current = StateView.open(lake, fallback_plan=info.plan_version).read().sort_by("sub_id")
         arrays = state_arrays(current, vocab)
         phases["read"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
         subs = arrays.subscriptions()
-        plan = partition(config.method, stats, (arrays.ids, arrays.d2), subs, info.space,
+        plan = partition(config.method, stats, (arrays.ids, arrays.d2), subs, info.space, objects=objects,
                          **config.partition_kwargs())
         phases["partition"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
         version = info.plan_version + 1
-        write_plan(spark, plan, version, config, t_last)
+        write_plan(spark, plan, version, config, t_last, vocab)
         # One overwrite commit switches plan and state; the journal's records of the old
         # plan stay (the history), and the overlay ignores them from now on.
         overwrite_state(

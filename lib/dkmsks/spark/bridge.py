@@ -123,9 +123,11 @@ class WorkerSession:
         self._weight = np.asarray(state.column("weight").to_numpy(), dtype=np.int64)[order]
         self._subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)[order]
         self._registered: dict[int, int] = {}  # weights of subscriptions inserted since
-        self.sop = method == "sop"
+        # SOP's region subsets and ps2's home leaves are index parts; a new subscription has
+        # subset -1, SOP's and ps2's overflow part.
+        parts = method in ("sop", "ps2")
         subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)
-        self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if self.sop else None,
+        self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if parts else None,
                                          grid=grid, **(index_options or {}))
 
     def _weights_of(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,11 +24,10 @@ from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, Subscriptions, SubscriptionEvents, Vocabulary
 from dkmsks.core.partition import MainServer, PartitionPlan
 from dkmsks.core.protocol import ragged_ball_radius2, route_timestamp
-from dkmsks.spark import tables
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn
-from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.lake import Lake
 from dkmsks.spark.plan_cache import oinit_statistics
-from dkmsks.spark.plans import PlanInfo
+from dkmsks.spark.plans import PlanInfo, read_subsets
 from dkmsks.spark.state_io import StateView
 
 
@@ -45,9 +44,7 @@ def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: State
     stats, objects = oinit_statistics(lake, config.t0, vocab, cache, need_objects=needs_knn)
     knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn and objects is not None else None
     state = view.read(columns=["sub_id", "worker", "weight", "subset"])
-    subsets = lake.read(tables.SUBSETS, predicate=where(plan_version__eq=info.plan_version)).drop(["plan_version"])
-    subsets = subsets.sort_by("subset")
-    subset_cols = {name: subsets.column(name).to_numpy() for name in subsets.column_names}
+    subset_cols = read_subsets(lake, info.plan_version, vocab)
     worker = np.asarray(state.column("worker").to_numpy(), dtype=np.int32)
     weight = np.asarray(state.column("weight").to_numpy(), dtype=np.int64)
     meta = dict(info.meta)
@@ -61,7 +58,7 @@ def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: State
     )
     # Subscriptions restored from the state count as the plan's: their stored (last refreshed)
     # costs stay fixed; those registered from now on are re-estimated as their balls shrink.
-    return MainServer(plan, stats, knn_index, new_cost=config.new_cost)
+    return MainServer(plan, stats, knn_index, new_cost=config.new_cost, ps2_new=config.ps2_new)
 
 
 @dataclass
@@ -114,7 +111,8 @@ def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
 def refresh_weights(server: MainServer, records: pa.Table) -> pa.Table:
     """Re-estimate the costs of new subscriptions whose ball changed (``new_cost = live``) on
     the main server, and carry the new weights into their ``final`` records."""
-    if server.new_cost is not NewCost.LIVE or server.method is Method.KOP or records.num_rows == 0:
+    # KOP's and ps2's costs do not depend on the ball (Eq. 1; counts, DESIGN §2.5).
+    if server.new_cost is not NewCost.LIVE or server.method in (Method.KOP, Method.PS2) or records.num_rows == 0:
         return records
     is_upsert = pc.and_(pc.equal(records.column("record"), "final"), pc.equal(records.column("change"), "upsert"))
     rows = np.flatnonzero(np.asarray(pc.fill_null(is_upsert, False).to_numpy(zero_copy_only=False)))

@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dkmsks.core.config import PartitionConfig
-from dkmsks.core.model import Rect
+from dkmsks.core.config import Method, PartitionConfig
+from dkmsks.core.model import Rect, Vocabulary
 from dkmsks.core.partition import PartitionPlan
 from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake
+from dkmsks.spark.lake import Lake, where
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,8 +61,9 @@ def current_plan(lake: Lake) -> PlanInfo | None:
 
 
 def write_plan(spark: SparkSession, plan: PartitionPlan, version: int, config: PartitionConfig,
-               effective_t: int) -> None:
-    """Both plan tables for ``version`` (each write skipped when already committed)."""
+               effective_t: int, vocab: Vocabulary) -> None:
+    """Both plan tables for ``version`` (each write skipped when already committed). ``ps2``
+    term sets are stored as words (``vocab`` numbers them in this job only)."""
     from dkmsks.spark.delta_io import insert
 
     meta, _, subsets = plan.to_tables()
@@ -83,5 +84,27 @@ def write_plan(spark: SparkSession, plan: PartitionPlan, version: int, config: P
            for name in ("subset", "xmin", "ymin", "xmax", "ymax", "rxmin", "rymin", "rxmax", "rymax",
                         "weight", "size", "worker", "kind", "depth")},
     })
+    if "terms" in target.fieldNames():
+        words = np.asarray(vocab.words, dtype=object)
+        arrow = arrow.append_column("all_terms", pa.array(cols["all_terms"].astype(bool)))
+        arrow = arrow.append_column("terms", pa.array([words[np.asarray(t, dtype=np.int64)].tolist()
+                                                       for t in cols["terms"]], type=pa.list_(pa.string())))
+    elif plan.method is Method.PS2:
+        raise ValueError(f"{tables.SUBSETS} predates ps2 (no terms column): use a fresh warehouse for ps2")
     insert(spark, spark.createDataFrame(arrow.to_pandas(), schema=target), tables.SUBSETS,
            app_id="dkmsks-subsets", version=version)
+
+
+def read_subsets(lake: Lake, plan_version: int, vocab: Vocabulary) -> dict[str, Any]:
+    """The subset columns of a plan for :meth:`PartitionPlan.from_tables` (term words as ids
+    of ``vocab``)."""
+    subsets = lake.read(tables.SUBSETS, predicate=where(plan_version__eq=plan_version)).drop(["plan_version"])
+    subsets = subsets.sort_by("subset")
+    cols: dict[str, Any] = {name: subsets.column(name).to_numpy(zero_copy_only=False)
+                            for name in subsets.column_names if name not in ("terms", "all_terms")}
+    if "terms" in subsets.column_names:
+        cols["all_terms"] = np.asarray(pc.fill_null(subsets.column("all_terms"), True).to_numpy(
+            zero_copy_only=False), dtype=bool)
+        cols["terms"] = [np.asarray([vocab.id_of(w) for w in (row or [])], dtype=np.int32)
+                         for row in subsets.column("terms").to_pylist()]
+    return cols
