@@ -402,10 +402,9 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
                                                                       capfd):
     import numpy as np
 
-    from dkmsks.jobs import microbatch as microbatch_job
-    from dkmsks.spark import driver_data
     from dkmsks.jobs.microbatch import run_microbatch
-    
+    from dkmsks.spark import driver_data
+
     oracle = workload[3]
     _partition(spark, pipeline_db, "dkm", 3)
     path = pipeline_db.cache_dir / "oinit-stats-t0_0.npz"
@@ -421,7 +420,6 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
         return real_read(lake, vocab, after=after, upto=upto)
 
     monkeypatch.setattr(driver_data, "read_objects_between", watched)
-    monkeypatch.setattr(microbatch_job, "read_objects_between", watched)
     run_microbatch(spark, pipeline_db, run_id="cached", until=2)
     assert reads == [(0, 2)]  # the pending objects only: O_init came from the file
     _assert_equal(_state_results(pipeline_db), oracle[2])

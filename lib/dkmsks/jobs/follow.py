@@ -39,9 +39,8 @@ from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import WorkerSession
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
-from dkmsks.spark.driver_data import read_events_between, read_objects_between
-from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, pending_timestamps, \
-    record_run_metrics
+from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
+from dkmsks.spark.landing import take_pending
 from dkmsks.spark.lake import Lake
 from dkmsks.spark.main_server import build_main_server, refresh_weights, route
 from dkmsks.spark.plans import current_plan
@@ -206,16 +205,14 @@ class FollowSession:
         if (lake.version(tables.JOURNAL), lake.version(tables.STATE)) != (self.journal_version, self.state_version):
             raise StateChanged("another job committed the journal or knn_state (a catch-up run or a repartition); "
                                "restarting follow mode from Delta")
-        ts = pending_timestamps(lake, self.last, until)
-        if max_timestamps is not None:
-            ts = ts[:max_timestamps]
+        taken = take_pending(self.warehouse, lake, self.vocab, after=self.last, until=until,
+                             max_timestamps=max_timestamps, who=f"follow {self.run_id}")
+        ts, objects, events = taken.timestamps, taken.objects, taken.events
         report = RunReport(self.run_id, ts, self.last, phases_ms=phases)
         if not ts:
             self._compact_if_large(report)
             return report
         to_t = ts[-1]
-        objects = read_objects_between(lake, self.vocab, after=self.last, upto=to_t)
-        events = read_events_between(lake, self.vocab, after=self.last, upto=to_t)
         phases["read"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()

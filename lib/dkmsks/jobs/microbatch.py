@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark.compaction import compact
-from dkmsks.spark.driver_data import read_events_between, read_objects_between
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, pending_timestamps, \
     record_run_metrics
+from dkmsks.spark.landing import take_pending
 from dkmsks.spark.lake import Lake
 from dkmsks.spark.main_server import build_main_server, refresh_weights, route
 from dkmsks.spark.plans import current_plan
@@ -65,17 +65,20 @@ def run_microbatch(
         if last is None:
             raise ValueError("a partition plan exists but the ledger is empty: re-run the partition job "
                              "(it completes an interrupted first run)")
+        # A cheap look first: the main server is only built when there is work.
         ts = pending_timestamps(lake, last, until)
         if max_timestamps is not None:
             ts = ts[:max_timestamps]
         report = RunReport(run_id, ts, last, phases_ms=phases)
         if ts:
-            to_t = ts[-1]
             view = StateView.open(lake, fallback_plan=info.plan_version)
             vocab = Vocabulary()
             server = build_main_server(lake, info, vocab, view, warehouse.cache_dir)
-            objects = read_objects_between(lake, vocab, after=last, upto=to_t)
-            events = read_events_between(lake, vocab, after=last, upto=to_t)
+            taken = take_pending(warehouse, lake, vocab, after=last, until=until, max_timestamps=max_timestamps,
+                                 who=f"micro-batch {run_id}")
+            ts, objects, events = taken.timestamps, taken.objects, taken.events
+            report.timestamps = ts
+            to_t = ts[-1]
             phases["read"] = (time.perf_counter() - started) * 1e3
 
             started = time.perf_counter()
