@@ -19,10 +19,12 @@ COMMAND_MODULES = (
     "simulate",
     "run",
     "publish",
-    "export",
-    "sql",
-    "status",
     "follow",
+    "repartition",
+    "export",
+    "status",
+    "sql",
+    "spark_sql",
     "bench",
 )
 
@@ -38,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"dkmsks.commands.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"dkmsks.commands.{name}":
-                continue  # command not built yet in this checkout
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"dkmsks.commands.{name}").register(subparsers)
     return parser
 
 

@@ -21,20 +21,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_warehouse(p)
     p.add_argument("--slots", type=int, default=32, help="task slots of the default local master (%(default)s)")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls when idle (%(default)s)")
+    p.add_argument("--poll", type=float, default=0.25,
+                   help="seconds between looks at the landing tables when idle (%(default)s)")
     p.add_argument("--until", type=int, default=None, help="stop after processing timestamp T")
     p.add_argument("--idle-exit", type=float, default=None, help="stop after this many idle seconds")
     p.add_argument("--max-timestamps", type=int, default=None, help="at most this many timestamps per round")
+    p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     from dkmsks.jobs.follow import follow_forever
 
     warehouse = warehouse_of(args)
+    stop = threading.Event()
+    # A service manager (scripts/follow.sh stop, docker stop) sends SIGTERM: finish the round
+    # in flight, stop the worker tasks, exit 0. Nothing is lost either way: every committed
+    # timestamp is in Delta, and an interrupted round commits nothing.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = session(args, "dkmsks-follow", warehouse, master=args.master or f"local[{args.slots}]")
     try:
-        return follow_forever(spark, warehouse, run_id="follow", until=args.until,
+        return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
                               max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
                               log=lambda text: print(text, flush=True))
     finally:

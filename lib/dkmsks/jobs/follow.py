@@ -20,6 +20,7 @@ stops; the next session rebuilds from Delta, where every committed timestamp is 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -270,30 +271,65 @@ class FollowSession:
 def follow_forever(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
-    log: Any = print,
+    log: Any = print, stop: threading.Event | None = None,
 ) -> int:
-    """Run follow sessions until ``until`` is processed or ``idle_exit`` seconds pass idle.
+    """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
+    ``stop`` is set (a service's SIGTERM).
 
-    A session that finds ``knn_state`` changed by another job (a repartition) is restarted
-    from Delta; any other failure propagates (the caller's retry policy applies).
+    Before the first plan exists it waits for one. A session that finds the journal or
+    ``knn_state`` changed by another job (a catch-up run, a repartition's new plan) is
+    restarted from Delta, so a new plan is picked up within a round; any other failure
+    propagates (the caller's restart policy applies). Every round writes a status file
+    (:func:`write_status`) for ``scripts/follow.sh status``.
     """
+    stop = stop or threading.Event()
     idle_since = time.monotonic()
-    while True:
+    waiting_said = False
+    while not stop.is_set():
+        if current_plan(Lake.of(warehouse)) is None or last_processed(Lake.of(warehouse)) is None:
+            if not waiting_said:
+                log("no partition plan yet: waiting for the first one (ingest O_init and partition)")
+                waiting_said = True
+            write_status(warehouse, run_id, state="waiting for a plan")
+            if idle_exit is not None and time.monotonic() - idle_since > idle_exit:
+                return 0
+            stop.wait(poll)
+            continue
         with FollowSession(spark, warehouse, run_id=run_id) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
+            write_status(warehouse, run_id, state="following", plan=session.info.plan_version, last_t=session.last)
             try:
-                while True:
+                while not stop.is_set():
                     report = session.step(until=until, max_timestamps=max_timestamps)
                     if report.timestamps:
                         idle_since = time.monotonic()
                         phases = ", ".join(f"{k} {v:.0f} ms" for k, v in report.phases_ms.items())
                         log(f"t={report.timestamps[0]}..{report.timestamps[-1]}: {report.objects:,} objects, "
                             f"+{report.insertions} -{report.deletions}: {phases}")
+                        write_status(warehouse, run_id, state="following", plan=session.info.plan_version,
+                                     last_t=session.last)
                         continue
                     if until is not None and session.last >= until:
                         return 0
                     if idle_exit is not None and time.monotonic() - idle_since > idle_exit:
                         return 0
-                    time.sleep(poll)
+                    stop.wait(poll)
             except StateChanged as err:
                 log(f"{err}; restarting")
+    log("stopped")
+    write_status(warehouse, run_id, state="stopped")
+    return 0
+
+
+def status_path(warehouse: Warehouse) -> Path:
+    return warehouse.run_dir / f"follow-{warehouse.database}.status.json"
+
+
+def write_status(warehouse: Warehouse, run_id: str, *, state: str, plan: int | None = None,
+                 last_t: int | None = None) -> None:
+    """What the follow process is doing, for ``scripts/follow.sh status`` (atomic replace)."""
+    path = status_path(warehouse)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"pid": os.getpid(), "run_id": run_id, "state": state, "plan_version": plan, "last_t": last_t,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _atomic_write(path, json.dumps(body).encode())

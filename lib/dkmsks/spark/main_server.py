@@ -119,8 +119,8 @@ def refresh_weights(server: MainServer, records: pa.Table) -> pa.Table:
     if rows.shape[0] == 0:
         return records
     d2 = records.column("d2").combine_chunks().take(pa.array(rows))
-    k = np.asarray(pc.fill_null(records.column("k"), 0).to_numpy(), dtype=np.int64)[rows]
-    ids = np.asarray(records.column("sub_id").to_numpy(), dtype=np.int64)[rows]
+    k = np.asarray(pc.fill_null(records.column("k").take(pa.array(rows)), 0).to_numpy(), dtype=np.int64)
+    ids = np.asarray(records.column("sub_id").take(pa.array(rows)).to_numpy(), dtype=np.int64)
     radius2 = ragged_ball_radius2(np.asarray(d2.offsets, dtype=np.int64),
                                   np.asarray(d2.flatten().to_numpy(), dtype=np.float64), k)
     server.refresh(ids, radius2)
