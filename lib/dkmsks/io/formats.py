@@ -50,6 +50,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -247,6 +248,27 @@ def check_file(path: Path) -> None:
                                  "loaded: compress it with gzip or drop .gz from its name")
 
 
+@contextmanager
+def _gzip_errors(path: Path) -> Iterator[None]:
+    """Turn a gzip stream's failure while reading ``path`` into the one-line InputError."""
+    try:
+        yield
+    except EOFError:
+        raise truncated_gzip_error(path) from None
+    except (gzip.BadGzipFile, zlib.error):
+        raise corrupt_gzip_error(path) from None
+
+
+def check_gzip_data(path: Path) -> None:
+    """Decompress ``path`` to its end, keeping nothing: truncated or corrupt gzip data raises
+    the one-line InputError. The Spark reader calls it before any Spark job, so a broken file
+    never reaches an executor (which would log a JVM stack trace before the error); it costs
+    about 0.7 s of CPU for the 32 MB real data file."""
+    with _gzip_errors(path), gzip.open(path, "rb") as fh:
+        while fh.read(1 << 20):
+            pass
+
+
 @dataclass(frozen=True)
 class Rejection:
     """One quarantined input row: where it was and why it was refused."""
@@ -332,37 +354,32 @@ def _file_rows(path: Path, expected: tuple[str, ...], rejections: list[Rejection
         return
     delim = _delimiter(path)
     source = path.name
-    try:
-        with _open_binary(path) as fh:
-            header_bytes = fh.readline()
-            if not header_bytes:
-                raise InputError(f"{path}: the file is empty (no header line)")
-            positions, width = _header_positions(path, header_bytes, delim, expected)
-            blank = " " + delim
-            for lineno, raw in enumerate(fh, start=2):
-                try:
-                    text = raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError:
-                    rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, repr(raw[:TEXT_LIMIT])))
-                    continue
-                if not text:
-                    continue  # an empty line (e.g. after the last newline) carries no row
-                if "\ufffd" in text:
-                    rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, text[:TEXT_LIMIT]))
-                    continue
-                if not text.strip(blank):
-                    rejections.append(Rejection(source, lineno, Reason.ONLY_SEPARATORS, text[:TEXT_LIMIT]))
-                    continue
-                fields = text.split(delim)
-                if len(fields) != width:
-                    rejections.append(Rejection(source, lineno, Reason.COLUMN_COUNT % (width, len(fields)),
-                                                text[:TEXT_LIMIT]))
-                    continue
-                yield lineno, [fields[p] for p in positions], text
-    except EOFError:
-        raise truncated_gzip_error(path) from None
-    except (gzip.BadGzipFile, zlib.error):
-        raise corrupt_gzip_error(path) from None
+    with _gzip_errors(path), _open_binary(path) as fh:
+        header_bytes = fh.readline()
+        if not header_bytes:
+            raise InputError(f"{path}: the file is empty (no header line)")
+        positions, width = _header_positions(path, header_bytes, delim, expected)
+        blank = " " + delim
+        for lineno, raw in enumerate(fh, start=2):
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, repr(raw[:TEXT_LIMIT])))
+                continue
+            if not text:
+                continue  # an empty line (e.g. after the last newline) carries no row
+            if "\ufffd" in text:
+                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, text[:TEXT_LIMIT]))
+                continue
+            if not text.strip(blank):
+                rejections.append(Rejection(source, lineno, Reason.ONLY_SEPARATORS, text[:TEXT_LIMIT]))
+                continue
+            fields = text.split(delim)
+            if len(fields) != width:
+                rejections.append(Rejection(source, lineno, Reason.COLUMN_COUNT % (width, len(fields)),
+                                            text[:TEXT_LIMIT]))
+                continue
+            yield lineno, [fields[p] for p in positions], text
 
 
 def _header_positions(path: Path, header_bytes: bytes, delim: str,

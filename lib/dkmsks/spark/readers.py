@@ -9,8 +9,10 @@ bad-input catalogue through both and compares their quarantine rows line by line
 is SQL (no Python UDF on the hot path); only the per-id replay of subscription events runs in
 Python, through ``mapInPandas``.
 
-Spark's failures to read a file (truncated or corrupt gzip data, a broken Parquet footer) are
-turned into one-line :class:`~dkmsks.io.formats.InputError` messages by
+Broken gzip data is found on the driver before any Spark job
+(:func:`~dkmsks.io.formats.check_gzip_data`), so the user sees one line, not an executor's JVM
+stack trace; a failure Spark still meets while reading a file (one that changed meanwhile, a
+broken Parquet footer) becomes a one-line :class:`~dkmsks.io.formats.InputError` through
 :func:`file_read_errors`.
 """
 
@@ -42,6 +44,7 @@ from dkmsks.io.formats import (
     InputError,
     Reason,
     check_file,
+    check_gzip_data,
     corrupt_gzip_error,
     truncated_gzip_error,
 )
@@ -115,6 +118,8 @@ def _lines(spark: SparkSession, path: Path, columns: tuple[str, ...]) -> tuple[D
         )
         return out, len(columns)
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if name != path.name:
+        check_gzip_data(path)  # before any Spark job: an executor would log a JVM stack trace first
     delim = "," if name.endswith(".csv") else "\t"
     raw = spark.read.option("lineSep", "\n").text(str(path)).rdd.zipWithIndex()
     with file_read_errors(path):
