@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from dkmsks.commands.spark_common import add_tuning, add_warehouse, session
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_warehouse(p)
     add_tuning(p)
     p.add_argument("--until", type=int, default=None, help="ingest and process timestamps up to T only")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.add_argument("--timestamps-per-run", type=int, default=None,
                    help="commit every N timestamps (default: all pending in one run)")
     p.set_defaults(func=run)
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from dkmsks.spark import tables
-    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.ingest import ingest_files
     from dkmsks.spark.driver_data import pending_timestamps
     from dkmsks.spark.microbatch_job import current_plan, last_processed, open_lake, run_microbatch
     from dkmsks.spark.partition_job import PartitionParams, run_partition
@@ -48,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         tables.ensure_tables(spark)
-        for fn, path in ((ingest_objects, args.objects), (ingest_events, args.events)):
-            r = fn(spark, path, run_id="run", upto=args.until)
+        reports = ingest_files(spark, objects=args.objects, events=args.events, run_id="run", bounds=args.bounds,
+                               upto=args.until)
+        for path, r in zip((args.objects, args.events), reports, strict=True):
             say(f"ingested {path.name}: {r.accepted:,} rows into {r.table}, {r.rejected:,} quarantined")
         info = current_plan(spark)
         if info is None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from dkmsks.commands.common import print_rejections
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 #: Shown in --help without importing numpy; a test checks it equals ``DEFAULT_GRID``.
 GRID_HELP_DEFAULT = 16384
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(Eq. 1 / Eq. 2 / Eq. 7+5), 'live' = its actual ball (the whole space until "
                         "it has k results), re-estimated when the ball shrinks (%(default)s; "
                         "docs/benchmarks.md has the measurement behind the default)")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-timestamp table")
     p.set_defaults(func=run)
 
@@ -121,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     started = time.perf_counter()
     vocab = Vocabulary()
-    objects_load = read_objects(args.objects, vocab)
-    events_load = read_events(args.events, vocab)
+    objects_load = read_objects(args.objects, vocab, bounds=args.bounds)
+    events_load = read_events(args.events, vocab, bounds=args.bounds)
     print_rejections(objects_load.rejections, "object")
     print_rejections(events_load.rejections, "event")
     objects, events = objects_load.objects, events_load.events
