@@ -371,3 +371,29 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
     _assert_equal(_state_results(spark), oracle[3])
     with np.load(path, allow_pickle=False) as saved:  # written again, whole
         assert int(saved["n_objects"]) == SPEC.o_init
+
+
+def test_a_workload_in_projected_metres_equals_the_oracle(spark, fresh_db, tmp_path):
+    """DESIGN §1: coordinates are any finite numbers. A real-data workload moved to EPSG:3857
+    metres (issue 15: once refused row by row) is ingested without a rejection, partitioned and
+    processed on Spark, and equals the oracle at every timestamp."""
+    from conftest import projected_workload
+    from dkmsks.spark import tables
+    from dkmsks.spark.export import results_as_of
+    from dkmsks.spark.ingest import ingest_files
+    from dkmsks.spark.microbatch_job import run_microbatch
+
+    spec = WorkloadSpec(o_init=2000, subscriptions=200, timestamps=3, objects_per_ts=100, inserts_per_ts=10,
+                        deletes_per_ts=10, k_max=5, seed=15)
+    objects_file, events_file = projected_workload(tmp_path / "metres", spec)
+    v = Vocabulary()
+    objs, evs = read_objects(objects_file, v).objects, read_events(events_file, v).events
+    assert float(np.abs(objs.x).max()) > 1e6  # metres
+
+    tables.ensure_tables(spark)
+    reports = ingest_files(spark, objects=objects_file, events=events_file, run_id="metres")
+    assert [(r.accepted, r.rejected) for r in reports] == [(2300, 0), (260, 0)]
+    _partition(spark, "dkm", 3)
+    run_microbatch(spark, run_id="metres")
+    for t in range(spec.timestamps + 1):
+        _assert_equal(results_as_of(spark, t)[1], oracle_results(objs, evs, t))
