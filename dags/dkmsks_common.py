@@ -4,16 +4,22 @@ Kept free of heavy imports (no numpy, pyspark or dkmsks at module level) so DAG 
 fast. Every Spark job goes through ``SparkSubmitOperator`` and the Airflow connection
 ``dkmsks_spark``: ``local[2]`` by default, a ``spark://host:7077`` cluster by changing only
 that connection.
+
+Retries: a Spark task retries (``DEFAULT_ARGS``) unless its job exited with
+:data:`EXIT_INPUT_UNUSABLE`, which the jobs use for an input that no retry can fix (a truncated
+gzip file, missing columns, every row rejected); :class:`FailOnUnusableInput` then fails the
+task at once, and its log holds the job's one-line message.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from airflow.sdk import Asset, Param
+from airflow.sdk import Asset, Param, RetryDecision, RetryPolicy
 
 REPO = Path(os.environ.get("DKMSKS_HOME", Path(__file__).resolve().parents[1]))
 SPARK_APPS = REPO / "spark_apps"
@@ -28,6 +34,26 @@ LANDING = Asset("dkmsks://landing")
 PLAN = Asset("dkmsks://plan")
 RESULTS = Asset("dkmsks://results")
 
+#: Exit status of a job whose input is unusable as a whole (``dkmsks.io.formats.EXIT_INPUT_UNUSABLE``;
+#: the DAG files import no dkmsks code, a test checks the two agree).
+EXIT_INPUT_UNUSABLE = 2
+#: How SparkSubmitHook reports spark-submit's exit status in the exception it raises.
+_EXIT_STATUS = re.compile(r"\. Error code is: (-?[0-9]+)\.")
+
+
+class FailOnUnusableInput(RetryPolicy):
+    """Fail a Spark task without its retries when its job exited with
+    :data:`EXIT_INPUT_UNUSABLE`: reading the same unusable file again cannot succeed. Every
+    other failure (a lost executor, a busy warehouse) retries as ``DEFAULT_ARGS`` says."""
+
+    def evaluate(self, exception, try_number, max_tries, context=None) -> RetryDecision:
+        status = _EXIT_STATUS.search(str(exception))
+        if status and int(status.group(1)) == EXIT_INPUT_UNUSABLE:
+            return RetryDecision.fail(
+                f"the job exited with {EXIT_INPUT_UNUSABLE}: its input is unusable (see its one-line "
+                "error above); fix the input and trigger a new run")
+        return RetryDecision.default()
+
 DEFAULT_ARGS = {
     "owner": "dkmsks",
     "retries": 2,
@@ -39,7 +65,8 @@ DEFAULT_ARGS = {
 def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
     """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars,
     environment and connection; ``--run-id {{ run_id }}`` is appended so every write of the
-    job carries the Airflow run that made it."""
+    job carries the Airflow run that made it. An unusable input fails it without retries
+    (:class:`FailOnUnusableInput`)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     return SparkSubmitOperator(
@@ -51,6 +78,7 @@ def spark_job(task_id: str, application: str, args: list[str], outlets: list[Ass
         name=f"dkmsks-{task_id}",
         application_args=[*args, "--run-id", "{{ run_id }}"],
         outlets=outlets,
+        retry_policy=FailOnUnusableInput(),
     )
 
 
@@ -64,6 +92,10 @@ def spark_env() -> dict[str, str]:
     python = os.environ.get("DKMSKS_PYTHON", str(REPO / ".venv" / "bin" / "python"))
     return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "SPARK_LOCAL_IP": "127.0.0.1"}
 
+
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+#: What the ingest DAG's ``bounds`` param accepts (``--bounds`` of spark_apps/ingest.py).
+BOUNDS_PATTERN = rf"^(|none|wgs84|{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER})$"
 
 # The tuning parameters as DAG Params, written out as plain literals so DAG parsing imports
 # nothing of the project; tests/dags checks them against dkmsks.core.config.PARAMETERS.

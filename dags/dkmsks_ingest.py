@@ -5,13 +5,19 @@ Validates an objects file and a subscription-events file (TSV/CSV, `.gz`, or Par
 merges their good rows into the Delta landing tables; bad rows go to `quarantine` with their
 line and reason. Re-running with the same files changes nothing. Updates the asset
 `dkmsks://landing`, which triggers partitioning.
+
+Coordinates may be in any finite units (degrees, projected metres); `bounds` turns on a range
+check (`wgs84` or `xmin,ymin,xmax,ymax`). A file that cannot be used as a whole (truncated
+gzip, missing columns, every row rejected) fails the task at once, without retries: its log
+names the file and the problem, and nothing is loaded (the rejected rows of a file whose every
+row was refused are in `quarantine`).
 """
 
 from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
-from dkmsks_common import DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
+from dkmsks_common import BOUNDS_PATTERN, DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
 
 
 @dag(
@@ -27,6 +33,9 @@ from dkmsks_common import DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
         "objects": Param("", type="string", minLength=1, description="objects file (TSV/CSV/.gz/Parquet)"),
         "events": Param("", type="string", minLength=1, description="subscription events file"),
         "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
+        "bounds": Param("", type="string", pattern=BOUNDS_PATTERN,
+                        description="optional coordinate range check: empty (none, the default), "
+                                    "'wgs84', or 'xmin,ymin,xmax,ymax'"),
     },
 )
 def dkmsks_ingest():
@@ -34,6 +43,7 @@ def dkmsks_ingest():
         "--warehouse", "{{ params.warehouse }}",
         "--objects", "{{ params.objects }}",
         "--events", "{{ params.events }}",
+        "--bounds={{ params.bounds }}",  # one token: an empty value stays an argument
     ], outlets=[LANDING])
 
 

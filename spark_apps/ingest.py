@@ -1,7 +1,9 @@
 """Ingest an objects file and/or a subscription-events file into the Delta landing tables.
 
 Rows that fail validation go to the ``quarantine`` table with their line and reason; a
-replayed file changes nothing (insert-only MERGE).
+replayed file changes nothing (insert-only MERGE). An input that is unusable as a whole
+(truncated gzip, missing columns, every row rejected: see :mod:`dkmsks.spark.ingest`) ends
+the job with one line on stderr and exit status 2, which the DAGs do not retry.
 
 spark-submit --master local[2] --jars .cache/jars/... spark_apps/ingest.py \
     --warehouse .cache/warehouse --objects objects.tsv.gz --events events.tsv.gz --run-id manual
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from dkmsks.io.formats import BOUNDS_HELP, EXIT_INPUT_UNUSABLE, InputError, bounds_option
 from dkmsks.spark.app import base_parser, main_with_session
 from dkmsks.warehouse import Warehouse
 
@@ -24,6 +27,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--objects", type=Path, help="objects file (TSV/CSV, .gz, or Parquet)")
     p.add_argument("--events", type=Path, help="subscription events file")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     args = p.parse_args(argv)
     if not args.objects and not args.events:
         p.error("give --objects, --events or both")
@@ -31,15 +35,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
-    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.ingest import ingest_files
 
-    run_id = args.run_id or "ingest"
-    if args.objects:
-        r = ingest_objects(spark, args.objects, run_id=run_id)
-        print(f"objects: {r.accepted:,} accepted, {r.rejected:,} quarantined")
-    if args.events:
-        r = ingest_events(spark, args.events, run_id=run_id)
-        print(f"subscription events: {r.accepted:,} accepted, {r.rejected:,} quarantined")
+    try:
+        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id=args.run_id or "ingest",
+                               bounds=args.bounds)
+    except InputError as err:
+        # One line, and an exit status that tells the DAG not to retry: the input must change.
+        print(f"dkmsks-ingest: error: {err}", file=sys.stderr)
+        return EXIT_INPUT_UNUSABLE
+    for r in reports:
+        print(f"{r.table.replace('_', ' ')}: {r.accepted:,} accepted, {r.rejected:,} quarantined")
     return 0
 
 

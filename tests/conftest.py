@@ -45,6 +45,34 @@ def real_objects(n: int, path: Path = PLACE_FILE) -> tuple[Objects, Vocabulary]:
     return objects, vocab
 
 
+def web_mercator(lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """WGS84 degrees -> EPSG:3857 metres (spherical Web Mercator, R = 6,378,137 m): the
+    projected coordinates users bring instead of degrees (``x = 10687020.661`` and the like)."""
+    radius = 6_378_137.0
+    x = radius * np.radians(lon)
+    y = radius * np.log(np.tan(np.pi / 4 + np.radians(lat) / 2))
+    return x, y
+
+
+def projected_workload(folder: Path, spec) -> tuple[Path, Path]:
+    """The paper's workload (``spec``, a WorkloadSpec) generated from a real-data slice, then
+    moved to EPSG:3857 metres, written as ``objects.tsv.gz`` and ``events.tsv.gz``."""
+    from dkmsks.core.model import Objects, SubscriptionEvents
+    from dkmsks.core.workload import generate_workload
+    from dkmsks.io.formats import write_events, write_objects
+
+    source, vocab = real_objects(spec.objects_needed)
+    objects, events = generate_workload(source, spec)
+    ox, oy = web_mercator(objects.x, objects.y)
+    ex, ey = web_mercator(events.x, events.y)  # deletions carry NaN and are written without coordinates
+    objects = Objects(objects.ids, ox, oy, objects.keywords, objects.t)
+    events = SubscriptionEvents(events.op, events.ids, ex, ey, events.keywords, events.k, events.t)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_objects(folder / "objects.tsv.gz", objects, vocab)
+    write_events(folder / "events.tsv.gz", events, vocab)
+    return folder / "objects.tsv.gz", folder / "events.tsv.gz"
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261125)

@@ -1,8 +1,8 @@
 -- Landing table of published objects (DESIGN §6): one row per object id, first ingestion wins.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   id BIGINT NOT NULL COMMENT 'object id, unique across the stream',
-  x DOUBLE NOT NULL COMMENT 'longitude (WGS84 degrees)',
-  y DOUBLE NOT NULL COMMENT 'latitude (WGS84 degrees)',
+  x DOUBLE NOT NULL COMMENT 'x coordinate: any finite number (degrees, projected metres, ...)',
+  y DOUBLE NOT NULL COMMENT 'y coordinate, in the units of x',
   keywords ARRAY<STRING> NOT NULL COMMENT 'distinct normalised keywords, sorted',
   t BIGINT NOT NULL COMMENT 'timestamp; t <= T0 is O_init',
   source STRING COMMENT 'file the row came from',

@@ -2,8 +2,8 @@
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   op STRING NOT NULL COMMENT 'insert or delete',
   id BIGINT NOT NULL COMMENT 'subscription id (may be registered again after a delete)',
-  x DOUBLE COMMENT 'longitude; NULL for deletions',
-  y DOUBLE COMMENT 'latitude; NULL for deletions',
+  x DOUBLE COMMENT 'x coordinate (any finite number); NULL for deletions',
+  y DOUBLE COMMENT 'y coordinate, in the units of x; NULL for deletions',
   keywords ARRAY<STRING> COMMENT 'OR keywords; NULL for deletions',
   k INT COMMENT 'number of neighbours; NULL for deletions',
   t BIGINT NOT NULL COMMENT 'timestamp of the event',

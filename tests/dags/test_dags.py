@@ -252,3 +252,70 @@ def test_check_plan_short_circuits_a_scheduled_run_with_nothing_to_do(dagbag, tm
     assert check.python_callable(params=params, dag_run=manual) is True
     (tmp_path / "tables" / "ledger" / "_delta_log" / f"{1:020d}.json").write_text(json.dumps(_ledger(1)[0]) + "\n")
     assert check.python_callable(params=params, dag_run=scheduled) is True
+
+
+# --- unusable inputs: the ingest job exits with a status its retry policy does not retry
+
+
+def test_constants_shared_with_the_library_agree(common):
+    from dkmsks.io.formats import EXIT_INPUT_UNUSABLE
+
+    assert common.EXIT_INPUT_UNUSABLE == EXIT_INPUT_UNUSABLE == 2
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_every_spark_task_fails_without_retries_only_on_an_unusable_input(dagbag, common, dag_id):
+    for task in dagbag.dags[dag_id].tasks:
+        if task.task_type == "SparkSubmitOperator":
+            assert isinstance(task.retry_policy, common.FailOnUnusableInput), task.task_id
+
+
+@pytest.mark.parametrize(("status", "action"), [(2, "fail"), (1, "default"), (3, "default")])
+def test_the_ingest_task_fails_at_once_when_its_job_exits_with_2(dagbag, tmp_path, monkeypatch, status, action):
+    """The operator runs spark-submit (here a stand-in that prints the job's one-line error and
+    exits like the job would); the hook's exception goes to the task's retry policy: exit 2
+    (unusable input) fails the task at once, a crash (1) or a busy warehouse (3) retries."""
+    from airflow.sdk.exceptions import AirflowException
+
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    line = "dkmsks-ingest: error: /data/o.tsv.gz: the gzip data ends early, the file is truncated"
+    fake.write_text(f'#!/bin/sh\necho "{line}" >&2\nexit {status}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_DKMSKS_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    task = dagbag.dags["dkmsks_ingest"].get_task("ingest")
+    with pytest.raises(AirflowException) as caught:
+        task.execute(context={})
+    assert line in str(caught.value)  # the task log and the exception carry the job's message
+    decision = task.retry_policy.evaluate(caught.value, try_number=1, max_tries=3)
+    assert decision.action.value == action
+
+
+@pytest.mark.parametrize(("value", "valid"), [
+    ("", True), ("none", True), ("wgs84", True), ("0,0,1e6,1e6", True), ("-180,-90,180,90", True),
+    ("-20037508.34,-20037508.34,20037508.34,20037508.34", True),
+    ("utm", False), ("1,2,3", False), ("0,0,1_0,1", False), ("0,0,inf,1", False),
+])
+def test_the_ingest_bounds_param_takes_what_the_job_takes(dagbag, value, valid):
+    import argparse
+    import copy
+
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from dkmsks.io.formats import bounds_option
+
+    params = copy.deepcopy(ParamsDict(dagbag.dags["dkmsks_ingest"].params))  # the DAG's own stay as they are
+    params["objects"], params["events"] = "objects.tsv.gz", "events.tsv.gz"
+    assert params.validate()["bounds"] == ""  # the default: no range check
+    if valid:
+        params["bounds"] = value
+        bounds_option(value)  # the job takes it too
+    else:
+        with pytest.raises(ParamValidationError, match="Invalid input for param bounds"):
+            params["bounds"] = value
+        with pytest.raises(argparse.ArgumentTypeError):
+            bounds_option(value)
+    task = dagbag.dags["dkmsks_ingest"].get_task("ingest")
+    assert "--bounds={{ params.bounds }}" in task.application_args  # one token: an empty value stays an argument

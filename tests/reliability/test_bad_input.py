@@ -63,7 +63,7 @@ def test_whole_inputs_fail_clearly_or_load_in_the_numpy_readers(tmp_path):
 @pytest.mark.unit
 def test_the_catalogue_covers_at_least_fifteen_kinds():
     assert len(cat.KINDS) >= 15
-    assert {where for _, _, where in cat.KINDS} == {"file", "batch", "whole"}
+    assert {where for _, _, where in cat.KINDS} == {"file", "batch", "whole", "bounds"}
 
 
 # --------------------------------------------------------------------------- end to end
@@ -79,14 +79,16 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
     obj_lines, ev_lines = _lines(gen / "objects.tsv.gz"), _lines(gen / "events.tsv.gz")
     obj_rows, ev_rows = obj_lines[1:], [_shift_event(r) for r in ev_lines[1:]]
 
-    # The dirty files users deliver: the workload, then the catalogue's good and bad rows.
+    # The dirty files users deliver: the workload, then the catalogue's good and bad rows. Rows
+    # outside WGS84 (longitude -200, EPSG:3857 metres) are good: no --bounds is given.
     dirty, clean = tmp_path / "dirty", tmp_path / "clean"
     dirty.mkdir()
     clean.mkdir()
-    cat_objects = [*cat.GOOD_OBJECTS, *[r for r, _ in cat.BAD_OBJECTS]]
-    _write(dirty / "objects.tsv", [cat.OBJECTS_HEADER, *obj_rows, *cat_objects])
-    _write(dirty / "events.tsv", [cat.EVENTS_HEADER, *ev_rows, *[r for r, _ in cat.EVENT_ROWS]])
-    expected_bad = {("objects", "objects.tsv", 2 + len(obj_rows) + len(cat.GOOD_OBJECTS) + i): reason
+    good_objects = [*cat.GOOD_OBJECTS, *[r for r, _ in cat.OUTSIDE_WGS84_OBJECTS]]
+    good_events = [r for r, _ in cat.OUTSIDE_WGS84_EVENTS]
+    _write(dirty / "objects.tsv", [cat.OBJECTS_HEADER, *obj_rows, *good_objects, *[r for r, _ in cat.BAD_OBJECTS]])
+    _write(dirty / "events.tsv", [cat.EVENTS_HEADER, *ev_rows, *[r for r, _ in cat.EVENT_ROWS], *good_events])
+    expected_bad = {("objects", "objects.tsv", 2 + len(obj_rows) + len(good_objects) + i): reason
                     for i, (_, reason) in enumerate(cat.BAD_OBJECTS)}
     expected_bad.update({("subscription_events", "events.tsv", 2 + len(ev_rows) + i): reason
                          for i, (_, reason) in enumerate(cat.EVENT_ROWS) if reason})
@@ -121,9 +123,9 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
     })
 
     # The good rows only, for the oracle: the workload, the catalogue's good rows, the batch's.
-    _write(clean / "objects.tsv", [cat.OBJECTS_HEADER, *obj_rows, *cat.GOOD_OBJECTS, new_obj])
+    _write(clean / "objects.tsv", [cat.OBJECTS_HEADER, *obj_rows, *good_objects, new_obj])
     _write(clean / "events.tsv", [cat.EVENTS_HEADER, *ev_rows, *[r for r, why in cat.EVENT_ROWS if why is None],
-                                  batch_events[2]])
+                                  *good_events, batch_events[2]])
     oracle = oracle_exports(clean / "objects.tsv", clean / "events.tsv", range(T + 1), tmp_path / "oracle")
     from dkmsks.core.model import Vocabulary
     from dkmsks.io.formats import read_events, read_objects
@@ -133,6 +135,9 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
 
     wh = tmp_path / "warehouse"
     whole = cat.write_whole_object_files(dirty)
+    # A file whose every row is rejected fails, but its rows are quarantined for inspection.
+    expected_bad.update({("objects", "all-rejected.tsv", line): reason
+                         for line, reason in cat.ALL_REJECTED_LINES.items()})
     ingest = lambda *a: ("spark_apps/ingest.py", ["--warehouse", str(wh), "--run-id", "bad", *a])  # noqa: E731
     dkm = lambda *a: ("dkm", [a[0], "--warehouse", str(wh), *a[1:]])  # noqa: E731
     steps = [
@@ -143,6 +148,8 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
         ingest("--objects", str(dirty / "batch-objects.tsv"), "--events", str(dirty / "batch-events.tsv")),
         ("spark_apps/microbatch.py", ["--warehouse", str(wh), "--run-id", "bad"]),
         *[ingest("--objects", str(path)) for path, _ in whole.values()],
+        dkm("run", "--objects", str(whole["truncated.tsv.gz"][0]), "--events", str(dirty / "events.tsv"),
+            *PARTITION_ARGS),
         dkm("status"),
     ]
     rec = h.run(h.entry_points_cmd(steps, each=True), wh, timeout=1800, log=tmp_path / "steps.log")
@@ -151,14 +158,23 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
     for step in outcomes[:4] + outcomes[-1:]:
         assert step["rc"] == 0, f"{step['target']} {step['argv'][:2]} failed: {step['error']}\n{rec.tail()}"
 
-    # Whole inputs: a clear error naming the problem, or a load with nothing quarantined.
-    for (name, (path, outcome)), step in zip(whole.items(), outcomes[4:-1], strict=True):
+    # Whole inputs: one line naming the file and the problem, and the exit status that tells
+    # the DAG not to retry; or a load with nothing quarantined.
+    for (name, (path, outcome)), step in zip(whole.items(), outcomes[4:-2], strict=True):
         if outcome.startswith("error: "):
-            assert step["rc"] != 0 and outcome[7:] in (step["error"] or ""), (name, step)
-            assert str(path) in step["error"], (name, step["error"])  # it names the file
+            assert (step["rc"], step["error"]) == (2, None), (name, step)
+            line = f"dkmsks-ingest: error: {path}: "
+            said = [text for text in rec.output.splitlines() if text.startswith(line)]
+            assert len(said) == 1 and outcome[7:] in said[0], (name, said)
         else:
             assert step["rc"] == 0, (name, step)
             assert f"objects: {int(outcome[6:]):,} accepted, 0 quarantined" in rec.output, name
+    # dkm run on a truncated file: one line (no JVM stack trace), exit 2, nothing loaded.
+    assert (outcomes[-2]["rc"], outcomes[-2]["error"]) == (2, None), outcomes[-2]
+    truncated = whole["truncated.tsv.gz"][0]
+    assert (f"dkm run: error: {truncated}: the gzip data ends early, the file is truncated (an interrupted copy "
+            "or download?); nothing was loaded: copy or compress the file again") in rec.output.splitlines()
+    assert "EOFException" not in rec.output
 
     summary = inspect(wh, tmp_path / "inspect", range(T + 1))
     got = {(r[0], r[1], int(r[2])): r[3] for r in summary["quarantine_rows"]}
@@ -169,12 +185,13 @@ def test_bad_rows_are_quarantined_with_reasons_and_good_rows_equal_the_oracle(tm
     extra = {k: v for k, v in got.items() if k not in expected_bad}
     assert not extra, f"good rows quarantined: {extra}"
 
-    # dkm status shows the count and every kind of reason.
+    # dkm status shows the count and every kind of reason (numbers masked as N).
     status = rec.output[rec.output.rfind("quarantined input rows"):]
     assert status.startswith(f"quarantined input rows: {len(expected_bad)} "), status[:200]
     for kind, reason, where in cat.KINDS:
-        if where != "whole":
-            assert reason in status, f"dkm status does not show {kind!r} ({reason!r}):\n{status}"
+        if where in ("file", "batch"):
+            shown = re.sub(r"[0-9]+", "N", reason)
+            assert shown in status, f"dkm status does not show {kind!r} ({shown!r}):\n{status}"
 
     # Every good row processed: the results at every timestamp equal the oracle on good rows.
     assert summary["ledger"] == [[t, 1] for t in range(T + 1)], summary["ledger"]

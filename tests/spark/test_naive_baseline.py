@@ -38,8 +38,8 @@ def test_naive_spark_equals_the_oracle_at_every_timestamp(spark, fresh_db, tmp_p
     objs = read_objects(tmp_path / "objects.tsv.gz", v).objects
     evs = read_events(tmp_path / "events.tsv.gz", v).events
 
-    ingest_objects(spark, tmp_path / "objects.tsv.gz", run_id="test")
-    ingest_events(spark, tmp_path / "events.tsv.gz", run_id="test")
+    ingest_objects(spark, fresh_db, tmp_path / "objects.tsv.gz", run_id="test")
+    ingest_events(spark, fresh_db, tmp_path / "events.tsv.gz", run_id="test")
 
     naive_spark.naive_initial(spark)
     got, expected = naive_spark.naive_results(spark), oracle_results(objs, evs, 0)

@@ -46,8 +46,8 @@ def landing(spark, spark_warehouse, workload):
     folder = workload[0]
     warehouse = spark_warehouse.with_database("pipeline_landing")
     register(spark, warehouse)
-    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
-    ingest_events(spark, folder / "events.tsv.gz", run_id="test")
+    ingest_objects(spark, warehouse, folder / "objects.tsv.gz", run_id="test")
+    ingest_events(spark, warehouse, folder / "events.tsv.gz", run_id="test")
     spark.catalog.setCurrentDatabase("default")
     return warehouse
 
@@ -145,8 +145,8 @@ def names_landing(spark, spark_warehouse, tmp_path_factory):
     objs, evs = read_objects(folder / "objects.tsv.gz", v).objects, read_events(folder / "events.tsv.gz", v).events
     warehouse = spark_warehouse.with_database("names_landing")
     register(spark, warehouse)
-    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
-    ingest_events(spark, folder / "events.tsv.gz", run_id="test")
+    ingest_objects(spark, warehouse, folder / "objects.tsv.gz", run_id="test")
+    ingest_events(spark, warehouse, folder / "events.tsv.gz", run_id="test")
     spark.catalog.setCurrentDatabase("default")
     return warehouse, spec, {t: oracle_results(objs, evs, t) for t in range(spec.timestamps + 1)}
 
@@ -384,8 +384,8 @@ def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_s
     assert load.rejections == []
     oracle = {t: oracle_results(objs, load.events, t) for t in range(T + 1)}
 
-    ingest_objects(spark, folder / "objects.tsv.gz", run_id="test")
-    assert ingest_events(spark, events_path, run_id="test").rejected == 0
+    ingest_objects(spark, fresh_db, folder / "objects.tsv.gz", run_id="test")
+    assert ingest_events(spark, fresh_db, events_path, run_id="test").rejected == 0
     _partition(spark, fresh_db, "dkm", 20)
     run_microbatch(spark, fresh_db, run_id="to-2", until=2, compaction="never")
     live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
@@ -433,3 +433,26 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
     _assert_equal(_state_results(pipeline_db), oracle[3])
     with np.load(path, allow_pickle=False) as saved:  # written again, whole
         assert int(saved["n_objects"]) == SPEC.o_init
+
+
+def test_a_workload_in_projected_metres_equals_the_oracle(spark, fresh_db, tmp_path):
+    """DESIGN §1: coordinates are any finite numbers. A real-data workload moved to EPSG:3857
+    metres (issue 15: once refused row by row) is ingested without a rejection, partitioned and
+    processed on Spark, and equals the oracle at every timestamp."""
+    from conftest import projected_workload
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark.ingest import ingest_files
+
+    spec = WorkloadSpec(o_init=2000, subscriptions=200, timestamps=3, objects_per_ts=100, inserts_per_ts=10,
+                        deletes_per_ts=10, k_max=5, seed=15)
+    objects_file, events_file = projected_workload(tmp_path / "metres", spec)
+    v = Vocabulary()
+    objs, evs = read_objects(objects_file, v).objects, read_events(events_file, v).events
+    assert float(np.abs(objs.x).max()) > 1e6  # metres
+
+    reports = ingest_files(spark, fresh_db, objects=objects_file, events=events_file, run_id="metres")
+    assert [(r.accepted, r.rejected) for r in reports] == [(2300, 0), (260, 0)]
+    _partition(spark, fresh_db, "dkm", 3)
+    run_microbatch(spark, fresh_db, run_id="metres")
+    for t in range(spec.timestamps + 1):
+        _assert_equal(_results_at(fresh_db, t), oracle_results(objs, evs, t))

@@ -16,35 +16,48 @@ from bad_inputs import (
     write_events_file,
     write_objects_file,
 )
-from dkmsks.core.model import Objects, Op, Vocabulary
+from dkmsks.core.model import KnnResult, Objects, Op, Vocabulary
 from dkmsks.io.formats import (
+    DECIMAL_PATTERN,
+    NON_FINITE_PATTERN,
+    WGS84,
+    AllRowsRejected,
+    Bounds,
     InputError,
+    bounds_option,
     read_events,
     read_objects,
     read_results,
+    validate_events,
+    validate_objects,
     write_events,
     write_objects,
     write_results,
 )
-from dkmsks.core.model import KnnResult
 
 pytestmark = pytest.mark.unit
 
 
-def test_every_bad_object_row_is_rejected_with_its_reason_and_good_rows_survive(tmp_path):
-    load = read_objects(write_objects_file(tmp_path), Vocabulary())
-    expected = expected_object_rejections()
+@pytest.mark.parametrize(("bounds", "ids"), [
+    (None, [1, 2, 8, 29, 3, 4]),  # longitude -200 and EPSG:3857 metres are finite: good by default
+    (WGS84, [1, 2, 3, 4]),
+])
+def test_every_bad_object_row_is_rejected_with_its_reason_and_good_rows_survive(tmp_path, bounds, ids):
+    load = read_objects(write_objects_file(tmp_path), Vocabulary(), bounds=bounds)
+    expected = expected_object_rejections(wgs84=bounds is not None)
     got = {r.line: r.reason for r in load.rejections}
     assert sorted(got) == sorted(expected)
     for line, reason in expected.items():
         assert reason in got[line], (line, got[line])
-    assert load.objects.ids.tolist() == [1, 2, 3, 4]  # the first occurrence of id 2 is kept
-    assert load.objects.t.tolist() == [0, 0, 1, 2]
+    assert load.objects.ids.tolist() == ids  # the first occurrence of id 2 is kept; stream order
+    assert load.objects.t.tolist() == sorted(load.objects.t.tolist())
+    assert load.lines.tolist() == {6: [2, 3, 33, 34, 35, 36], 4: [2, 3, 35, 36]}[len(ids)]
 
 
-def test_every_bad_event_row_is_rejected_and_replay_order_is_deletions_first(tmp_path):
-    load = read_events(write_events_file(tmp_path), Vocabulary())
-    outcomes = expected_event_outcomes()
+@pytest.mark.parametrize("wgs84", [False, True])
+def test_every_bad_event_row_is_rejected_and_replay_order_is_deletions_first(tmp_path, wgs84):
+    load = read_events(write_events_file(tmp_path), Vocabulary(), bounds=WGS84 if wgs84 else None)
+    outcomes = expected_event_outcomes(wgs84)
     got = {r.line: r.reason for r in load.rejections}
     assert sorted(got) == sorted(line for line, reason in outcomes.items() if reason)
     for line, reason in outcomes.items():
@@ -52,10 +65,103 @@ def test_every_bad_event_row_is_rejected_and_replay_order_is_deletions_first(tmp
             assert reason in got[line], (line, got[line])
     ev = load.events
     # Accepted rows in replay order: t ascending, deletions before insertions within t.
+    projected = [] if wgs84 else [(1, "INSERT", 112), (1, "INSERT", 119)]
     assert list(zip(ev.t.tolist(), [Op(o).name for o in ev.op], ev.ids.tolist(), strict=True)) == [
-        (0, "INSERT", 100), (0, "INSERT", 101), (2, "DELETE", 100), (2, "INSERT", 100),
+        (0, "INSERT", 100), (0, "INSERT", 101), *projected, (2, "DELETE", 100), (2, "INSERT", 100),
         (3, "DELETE", 100), (5, "INSERT", 110),
     ]
+
+
+def test_projected_coordinates_validate_in_memory_and_wgs84_bounds_refuse_them():
+    # EPSG:3857 metres of a few real places (Chicago, New York, Denver), as a publisher holds them.
+    rows = [
+        (2, ["1", "-9757148.6", "5138517.3", "cafe", "0"], "1\t-9757148.6\t5138517.3\tcafe\t0"),
+        (3, ["2", "-8238310.2", "4970071.6", "bar cafe", "1"], "2\t-8238310.2\t4970071.6\tbar cafe\t1"),
+        (4, ["3", "-11685820.0", "4828990.0", "", "1"], "3\t-11685820.0\t4828990.0\t\t1"),
+    ]
+    load = validate_objects(rows, Vocabulary(), source="batch-7")
+    assert load.objects.ids.tolist() == [1, 2] and load.lines.tolist() == [2, 3]
+    assert load.objects.x.tolist() == [-9757148.6, -8238310.2]
+    assert [(r.source, r.line, r.reason) for r in load.rejections] == [("batch-7", 4, "keywords are empty")]
+
+    refused = validate_objects(rows, Vocabulary(), source="batch-7", bounds=WGS84)
+    assert len(refused.objects) == 0
+    assert [r.reason for r in refused.rejections] == [
+        "x '-9757148.6' is outside the --bounds range [-180.0, 180.0]",
+        "x '-8238310.2' is outside the --bounds range [-180.0, 180.0]",
+        "x '-11685820.0' is outside the --bounds range [-180.0, 180.0]",
+    ]
+    events = validate_events(
+        [(2, ["insert", "7", "-9757148.6", "5138517.3", "cafe", "3", "0"], ""),
+         (3, ["delete", "7", "", "", "", "", "1"], "")], Vocabulary(), source="batch-7")
+    assert events.events.ids.tolist() == [7, 7] and events.lines.tolist() == [2, 3] and events.rejections == []
+
+
+def test_a_file_whose_every_row_is_rejected_is_an_error_naming_the_commonest_reasons(tmp_path):
+    path = tmp_path / "metres.tsv"
+    path.write_text("id\tx\ty\tkeywords\tt\n"
+                    "1\t-9757148.6\t5138517.3\tcafe\t0\n"
+                    "2\t-8238310.2\t4970071.6\tbar\t0\n"
+                    "3\t-100\t40\tCafe\t0\n"
+                    "4\t-11685820.0\t4828990.0\tbar\t0\n")
+    with pytest.raises(AllRowsRejected) as caught:
+        read_objects(path, Vocabulary(), bounds=WGS84)
+    assert str(caught.value) == (
+        f"{path}: all 4 row(s) were rejected, nothing was loaded; commonest reasons: "
+        "3 like line 2: x '-9757148.6' is outside the --bounds range [-180.0, 180.0]; "
+        "1 like line 4: keyword 'Cafe' is not normalised (lower-case [a-z0-9] words joined by '_')")
+    assert isinstance(caught.value, InputError)
+    assert len(read_objects(path, Vocabulary()).objects) == 3  # no bounds: only 'Cafe' is refused
+
+
+@pytest.mark.parametrize(("spelling", "verdict", "pattern"), [
+    ("1e5", "ok", "decimal"), ("1.", "ok", "decimal"), (".5", "ok", "decimal"), ("-.5E+3", "ok", "decimal"),
+    ("+7", "ok", "decimal"), (" 1.5 ", "ok", "decimal"), ("007", "ok", "decimal"),
+    ("1e999", "not finite", "decimal"),  # a decimal that overflows
+    ("inf", "not finite", "non-finite"), ("-Infinity", "not finite", "non-finite"), ("NaN", "not finite", "non-finite"),
+    ("+nan", "not finite", "non-finite"),
+    ("infinit", "not a number", None), ("1_0", "not a number", None), ("0x1p3", "not a number", None),
+    ("1.5d", "not a number", None), ("\t1.5", "not a number", None), ("1.5\x0c", "not a number", None),
+    ("\u0661\u0662", "not a number", None), ("", "not a number", None), (".", "not a number", None),
+    ("e5", "not a number", None), ("1e", "not a number", None), ("--1", "not a number", None),
+    ("1 5", "not a number", None), ("\u0131nf", "not a number", None), ("nan(1)", "not a number", None),
+])
+def test_the_coordinate_rule_is_the_shared_pattern_whatever_parsers_accept(spelling, verdict, pattern):
+    """The numpy reader's fast path (float() on plain ASCII) gives the verdict written here, and
+    the patterns the Spark reader applies classify the spelling as written here."""
+    load = validate_objects([(2, ["1", spelling, "0", "cafe", "0"], "")], Vocabulary(), source="s")
+    reason = load.rejections[0].reason if load.rejections else ""
+    got = "ok" if len(load.objects) else "not finite" if "is not finite" in reason else "not a number"
+    assert reason in ("", f"x '{spelling}' is not finite: coordinates must be finite numbers",
+                      f"x '{spelling}' is not a number")
+    value = spelling.strip(" ")
+    matched = ("decimal" if DECIMAL_PATTERN.fullmatch(value) else
+               "non-finite" if NON_FINITE_PATTERN.fullmatch(value) else None)
+    assert (got, matched) == (verdict, pattern)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("wgs84", WGS84), (" WGS84 ", WGS84), ("0,0,1e6,2e6", Bounds(0.0, 0.0, 1e6, 2e6)),
+    ("-20037508.34,-20037508.34,20037508.34,20037508.34", Bounds(-20037508.34, -20037508.34, 20037508.34, 20037508.34)),
+    ("", None), ("none", None),
+])
+def test_bounds_option_spellings(text, expected):
+    assert bounds_option(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("utm", "neither 'wgs84' nor four numbers xmin,ymin,xmax,ymax"),
+    ("0,0,1", "neither 'wgs84' nor four numbers"),
+    ("0,0,1_0,1", "neither 'wgs84' nor four numbers"),
+    ("0,0,inf,1", "neither 'wgs84' nor four numbers"),
+    ("0,0,1e999,1", "bounds must be finite numbers"),
+    ("10,0,5,1", "are empty: give xmin <= xmax and ymin <= ymax"),
+])
+def test_bad_bounds_are_refused_with_a_fix_it_message(text, message):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        bounds_option(text)
 
 
 def test_non_utf8_line_is_rejected_not_fatal(tmp_path):
@@ -68,6 +174,33 @@ def test_non_utf8_line_is_rejected_not_fatal(tmp_path):
     assert [(r.line, r.reason) for r in load.rejections] == [(3, "line is not valid UTF-8 text")]
 
 
+def test_empty_lines_carry_no_row_but_lines_of_separators_are_quarantined(tmp_path):
+    path = tmp_path / "objects.tsv"
+    path.write_bytes(b"id\tx\ty\tkeywords\tt\r\n1\t1.0\t2.0\tcafe\t0\r\n\r\n\t\t\t\t\r\n\n \t \n2\t1\t2\tbar\t0\n\n")
+    load = read_objects(path, Vocabulary())
+    assert load.objects.ids.tolist() == [1, 2]
+    assert [(r.line, r.reason) for r in load.rejections] == [
+        (4, "the line holds only separators or spaces, no values"),
+        (6, "the line holds only separators or spaces, no values"),
+    ]
+
+
+@pytest.mark.parametrize("reader", [read_objects, read_events])
+def test_an_id_beyond_int64_is_quarantined_not_a_crash(tmp_path, reader):
+    path = tmp_path / "rows.tsv"
+    if reader is read_objects:
+        path.write_text("id\tx\ty\tkeywords\tt\n99999999999999999999\t1\t2\tcafe\t0\n"
+                        "-9223372036854775808\t1\t2\tcafe\t0\n")
+    else:
+        path.write_text("op\tid\tx\ty\tkeywords\tk\tt\ninsert\t99999999999999999999\t1\t2\tcafe\t1\t0\n"
+                        "insert\t-9223372036854775808\t1\t2\tcafe\t1\t0\n")
+    load = reader(path, Vocabulary())
+    assert [(r.line, r.reason) for r in load.rejections] == [
+        (2, "id '99999999999999999999' is outside the int64 range")]
+    accepted = load.objects if reader is read_objects else load.events
+    assert accepted.ids.tolist() == [-(2**63)]
+
+
 def test_missing_columns_and_missing_file_are_input_errors(tmp_path):
     path = tmp_path / "objects.tsv"
     path.write_text("id\tx\tkeywords\tt\n1\t2\tcafe\t0\n")
@@ -78,6 +211,7 @@ def test_missing_columns_and_missing_file_are_input_errors(tmp_path):
 
 
 def test_empty_file_with_header_gives_no_rows(tmp_path):
+    """A header without rows is an empty batch, not a file whose every row was rejected."""
     path = tmp_path / "objects.tsv"
     path.write_text("id\tx\ty\tkeywords\tt\n")
     load = read_objects(path, Vocabulary())
@@ -99,6 +233,29 @@ def test_every_format_reads_the_same_rows(tmp_path, name):
     assert load.rejections == []
     assert load.objects.ids.tolist() == [1, 2, 3, 4]
     assert load.objects.x.tolist() == [-100.5, -100.0, -99.5, -98.0]
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("truncate", "the gzip data ends early, the file is truncated (an interrupted copy or download?); "
+                 "nothing was loaded: copy or compress the file again"),
+    ("checksum", "the gzip data is corrupt (a block or checksum does not decode); nothing was loaded: "
+                 "copy or compress the file again"),
+    ("not gzip", "the name ends in .gz but the file is not gzip data; nothing was loaded: compress it with "
+                 "gzip or drop .gz from its name"),
+])
+@pytest.mark.parametrize("reader", [read_objects, read_events])
+def test_broken_gzip_is_one_clear_input_error(tmp_path, damage, message, reader):
+    header = "id\tx\ty\tkeywords\tt" if reader is read_objects else "op\tid\tx\ty\tkeywords\tk\tt"
+    row = "{i}\t1.5\t2.5\tcafe\t0" if reader is read_objects else "insert\t{i}\t1.5\t2.5\tcafe\t1\t0"
+    text = ("\n".join([header, *(row.format(i=i) for i in range(3000))]) + "\n").encode()
+    data = gzip.compress(text)
+    path = tmp_path / "rows.tsv.gz"
+    path.write_bytes({"truncate": data[: len(data) // 2],
+                      "checksum": data[:-8] + bytes(b ^ 0xFF for b in data[-8:-4]) + data[-4:],
+                      "not gzip": text}[damage])
+    with pytest.raises(InputError) as caught:
+        reader(path, Vocabulary())
+    assert str(caught.value) == f"{path}: {message}"
 
 
 def test_out_of_order_rows_are_sorted_stably_by_t(tmp_path):

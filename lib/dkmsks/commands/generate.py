@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from dkmsks.commands.common import default_source, print_rejections
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--deletes-per-ts", type=int, default=100, help="deletions per timestamp (%(default)s)")
     p.add_argument("--k-max", type=int, default=10, help="k is uniform in [1, k_max] (%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (%(default)s)")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS",
+                   help="check the source rows: " + BOUNDS_HELP)
     p.set_defaults(func=run)
 
 
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     vocab = Vocabulary()
-    load = read_objects(args.source, vocab, limit=spec.objects_needed)
+    load = read_objects(args.source, vocab, bounds=args.bounds, limit=spec.objects_needed)
     print_rejections(load.rejections, "source")
     objects, events = generate_workload(load.objects, spec)
     out: Path = args.out

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from dkmsks.commands.common import print_rejections
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--t0", type=int, default=0,
                    help="initial phase ends at T0: objects/insertions with t <= T0 are O_init and S (%(default)s)")
     p.add_argument("--out", type=Path, required=True, help="results export (.jsonl)")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.set_defaults(func=run)
 
 
@@ -37,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     vocab = Vocabulary()
-    objects = read_objects(args.objects, vocab)
-    events = read_events(args.events, vocab)
+    objects = read_objects(args.objects, vocab, bounds=args.bounds)
+    events = read_events(args.events, vocab, bounds=args.bounds)
     print_rejections(objects.rejections, "object")
     print_rejections(events.rejections, "event")
     as_of = args.as_of

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--events", type=Path, required=True, help="workload events file")
     add_warehouse(p)
     p.add_argument("--timestamps", type=int, default=1, help="how many timestamps to publish (%(default)s)")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.set_defaults(func=run)
 
 
@@ -27,17 +29,18 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     from dkmsks.spark import tables
-    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.ingest import ingest_files
 
-    spark = session(args, "dkmsks-publish", warehouse_of(args))
+    warehouse = warehouse_of(args)
+    spark = session(args, "dkmsks-publish", warehouse)
     try:
         lasts = [spark.table(t).agg(F.max("t").alias("t")).collect()[0].t for t in (tables.OBJECTS, tables.EVENTS)]
         last = max((x for x in lasts if x is not None), default=None)
         if last is None:
             raise ValueError("the landing tables are empty: ingest O_init first (dkm run --until T0)")
         upto = last + args.timestamps
-        o = ingest_objects(spark, args.objects, run_id="publish", after=last, upto=upto)
-        e = ingest_events(spark, args.events, run_id="publish", after=last, upto=upto)
+        o, e = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id="publish", bounds=args.bounds,
+                            after=last, upto=upto)
         print(f"published t={last + 1}..{upto}: {o.accepted:,} objects, {e.accepted:,} subscription events")
     finally:
         spark.stop()

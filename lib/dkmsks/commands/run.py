@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 from dkmsks.flags import add_partition_flags, config_from_args
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_warehouse(p)
     add_partition_flags(p)
     p.add_argument("--until", type=int, default=None, help="ingest and process timestamps up to T only")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.add_argument("--timestamps-per-run", type=int, default=None,
                    help="commit every N timestamps (default: all pending in one run)")
     p.set_defaults(func=run)
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.jobs.partition import run_partition
-    from dkmsks.spark.ingest import ingest_events, ingest_objects
+    from dkmsks.spark.ingest import ingest_files
     from dkmsks.spark.journal import last_processed, pending_timestamps
     from dkmsks.spark.lake import Lake
     from dkmsks.spark.plans import current_plan
@@ -51,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
     try:
-        for fn, path in ((ingest_objects, args.objects), (ingest_events, args.events)):
-            r = fn(spark, path, run_id="run", upto=args.until)
+        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id="run", bounds=args.bounds,
+                               upto=args.until)
+        for path, r in zip((args.objects, args.events), reports, strict=True):
             say(f"ingested {path.name}: {r.accepted:,} rows into {r.table}, {r.rejected:,} quarantined")
         lake = Lake.of(warehouse)
         info = current_plan(lake)

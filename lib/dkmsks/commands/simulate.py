@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dkmsks.commands.common import print_rejections
 from dkmsks.flags import add_partition_flags, config_from_args
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -37,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write the results at --as-of as JSON lines (.jsonl[.gz])")
     p.add_argument("--as-of", type=int, default=None,
                    help="process timestamps up to T (default: the last timestamp in the inputs)")
+    p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-timestamp table")
     add_partition_flags(p, required=("method", "workers"))
     p.set_defaults(func=run)
@@ -89,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     started = time.perf_counter()
     vocab = Vocabulary()
-    objects_load = read_objects(args.objects, vocab)
-    events_load = read_events(args.events, vocab)
+    objects_load = read_objects(args.objects, vocab, bounds=args.bounds)
+    events_load = read_events(args.events, vocab, bounds=args.bounds)
     print_rejections(objects_load.rejections, "object")
     print_rejections(events_load.rejections, "event")
     objects, events = objects_load.objects, events_load.events

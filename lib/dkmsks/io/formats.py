@@ -1,8 +1,35 @@
 """Readers and writers for the file formats of DESIGN §6, with row-level validation.
 
 A bad row never stops the load of the good ones: it becomes a :class:`Rejection` carrying its
-file line number and the reason. Only input that is unusable as a whole (missing file,
-missing columns) raises :class:`InputError`.
+file line number and the reason. Input that is unusable as a whole raises
+:class:`InputError`: a missing or empty file, missing columns, a header that is not UTF-8,
+gzip data that is truncated or corrupt, and a file whose every row is rejected
+(:class:`AllRowsRejected`, which names the commonest reasons). A file with a header and no
+row is an empty batch, not an error.
+
+The rules live here, once: the field patterns, the limits, the optional coordinate
+:class:`Bounds` and the :class:`Reason` texts. The Spark readers (:mod:`dkmsks.spark.readers`)
+apply the same rules as SQL expressions and write the same reason for the same line; a test
+runs the bad-input catalogue through both and compares their quarantine rows line by line.
+
+Rules, in the order a row is checked (its first failure is its reason)
+----------------------------------------------------------------------
+- Lines end at ``\\n``; trailing ``\\r`` are dropped; an empty line carries no row.
+- A line must be UTF-8 and free of U+FFFD (the mark of an earlier failed decoding).
+- A line of only separators and spaces is refused (it would otherwise vanish unseen).
+- A line must have as many fields as the header; fields are picked by header name.
+- Fields are trimmed of spaces (``' '`` only). Integers (``id``, ``t``, ``k``) match
+  :data:`INTEGER_PATTERN` and fit int64. Coordinates match :data:`DECIMAL_PATTERN` and are
+  finite (``nan``, ``inf`` and overflowing values such as ``1e999`` are refused). Any finite
+  coordinate is accepted — degrees, projected metres — unless the caller passes ``bounds``
+  (``--bounds``; DESIGN §1).
+- Keywords: non-empty, separated by single spaces, each at most :data:`MAX_KEYWORD_LENGTH`
+  characters and normalised (:data:`KEYWORD_PATTERN`).
+- Events: ``op`` is ``insert`` or ``delete`` (any case); an insert needs ``x``, ``y``,
+  keywords and ``1 <= k <= max_k``; a delete needs only ``id`` and ``t``.
+- Objects: a repeated id is refused after its first occurrence. Events are replayed in
+  timestamp order (deletions first); a delete of an id that is not live, or an insert of a
+  live one, is refused.
 
 Formats
 -------
@@ -15,12 +42,15 @@ Formats
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import io
 import json
 import math
 import re
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -28,10 +58,10 @@ from typing import IO
 import numpy as np
 
 from dkmsks.core.model import (
+    Int64Array,
     KeywordSets,
     Objects,
     Op,
-    Rect,
     Results,
     SubscriptionEvents,
     Vocabulary,
@@ -40,16 +70,203 @@ from dkmsks.core.model import (
 OBJECT_COLUMNS = ("id", "x", "y", "keywords", "t")
 EVENT_COLUMNS = ("op", "id", "x", "y", "keywords", "k", "t")
 
-#: Coordinates are WGS84 longitude/latitude unless the caller says otherwise.
-WGS84 = Rect(-180.0, -90.0, 180.0, 90.0)
 #: ``k`` above this is refused as absurd (a subscription keeps at most this many results).
 MAX_K = 1000
+#: Keywords longer than this are refused. The real data's longest is 178 characters (a
+#: category path joined by '_'); a keyword of 100,000 characters is a broken producer.
+MAX_KEYWORD_LENGTH = 256
 KEYWORD_PATTERN = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
-_RAW_TEXT_LIMIT = 500
+#: An integer field (after trimming spaces); it must also fit int64.
+INTEGER_PATTERN = re.compile(r"[+-]?[0-9]+")
+#: A coordinate: a plain decimal with an optional exponent. Not ``1_0``, ``0x1p3``, ``1.5d``.
+DECIMAL_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: The spellings of NaN and infinity, refused as not finite rather than as not a number.
+NON_FINITE_PATTERN = re.compile(r"[+-]?(?:[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: A rejected row keeps this many characters of its text.
+TEXT_LIMIT = 500
+#: A value quoted in a reason is cut to this many characters (then ``...``).
+QUOTE_LIMIT = 60
+#: Exit status of a job or command whose input is unusable as a whole: retrying cannot help
+#: (the Airflow DAGs fail such a task at once instead of retrying it).
+EXIT_INPUT_UNUSABLE = 2
+
+
+class Reason:
+    """Why a row is refused: printf templates shared by the numpy readers (``%``) and the
+    Spark readers (``format_string``), so both write the same text for the same line.
+
+    A quoted value is the field as read (surrounding spaces kept), cut by :func:`shorten`.
+    """
+
+    NOT_UTF8 = "line is not valid UTF-8 text"
+    ONLY_SEPARATORS = "the line holds only separators or spaces, no values"
+    COLUMN_COUNT = "wrong column count: expected %d, got %d"
+    NOT_INTEGER = "%s '%s' is not an integer"
+    BEYOND_INT64 = "%s '%s' is outside the int64 range"
+    NOT_A_NUMBER = "%s '%s' is not a number"
+    NOT_FINITE = "%s '%s' is not finite: coordinates must be finite numbers"
+    OUTSIDE_BOUNDS = "%s '%s' is outside %s"
+    KEYWORDS_EMPTY = "keywords are empty"
+    EMPTY_TOKEN = "keywords '%s' contain an empty token (use single spaces)"
+    KEYWORD_TOO_LONG = "keyword '%s' has %d characters, more than the limit of %d"
+    NOT_NORMALISED = "keyword '%s' is not normalised (lower-case [a-z0-9] words joined by '_')"
+    UNKNOWN_OP = "unknown op '%s'; valid ops: insert, delete"
+    K_TOO_SMALL = "k is %d, it must be at least 1"
+    K_TOO_LARGE = "k is %d, more than the limit of %d"
+    DUPLICATE_ID = "duplicate object id %d (first seen on line %d)"
+    ALREADY_INGESTED = "duplicate object id %d (already ingested from %s line %d)"
+    LATE = "t=%d is already processed (last processed timestamp %d): a late row is never applied"
+    DELETE_NOT_LIVE = "delete of subscription %d, which is not live at t=%d"
+    INSERT_LIVE = "insert of subscription %d, which is already live"
+
+
+def shorten(value: str) -> str:
+    """``value`` as quoted in a reason: at most :data:`QUOTE_LIMIT` characters, then ``...``."""
+    return value if len(value) <= QUOTE_LIMIT else value[:QUOTE_LIMIT] + "..."
+
+
+#: Quoted values and numbers, masked by :func:`reason_kind` so that like reasons group.
+QUOTED_VALUE_PATTERN = re.compile(r"'[^']*'")
+NUMBER_PATTERN = re.compile(r"[0-9]+")
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a reason: quoted values and numbers masked (``x '...' is not a number``)."""
+    return NUMBER_PATTERN.sub("N", QUOTED_VALUE_PATTERN.sub("'...'", reason))
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """An optional coordinate range check: ``xmin <= x <= xmax`` and ``ymin <= y <= ymax``.
+
+    Off by default: coordinates are planar and unitless to the algorithm, so degrees and
+    projected metres are equally valid (DESIGN §1). Users turn it on with ``--bounds``.
+    """
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+
+    def __post_init__(self) -> None:
+        values = (self.xmin, self.ymin, self.xmax, self.ymax)
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"bounds must be finite numbers, got {values}")
+        if self.xmin > self.xmax or self.ymin > self.ymax:
+            raise ValueError(f"bounds {values} are empty: give xmin <= xmax and ymin <= ymax, in that order "
+                             "(xmin,ymin,xmax,ymax)")
+
+    @classmethod
+    def parse(cls, text: str) -> Bounds:
+        """``'wgs84'`` (longitude in [-180, 180], latitude in [-90, 90]) or ``'xmin,ymin,xmax,ymax'``."""
+        spelled = text.strip().lower()
+        if spelled == "wgs84":
+            return WGS84
+        parts = [p.strip() for p in spelled.split(",")]
+        if len(parts) != 4 or not all(DECIMAL_PATTERN.fullmatch(p) for p in parts):
+            raise ValueError(f"bounds {text!r} are neither 'wgs84' nor four numbers xmin,ymin,xmax,ymax "
+                             "(e.g. 0,0,1000000,1000000)")
+        return cls(*(float(p) for p in parts))
+
+    def axis(self, name: str) -> tuple[float, float]:
+        """``(low, high)`` of coordinate ``name`` (``'x'`` or ``'y'``)."""
+        return (self.xmin, self.xmax) if name == "x" else (self.ymin, self.ymax)
+
+    def describe(self, name: str) -> str:
+        """The range of ``name`` as reasons quote it: ``the --bounds range [-180.0, 180.0]``."""
+        low, high = self.axis(name)
+        return f"the --bounds range [{low!r}, {high!r}]"
+
+
+WGS84 = Bounds(-180.0, -90.0, 180.0, 90.0)
+
+BOUNDS_HELP = (
+    "refuse rows whose coordinates fall outside a box: 'wgs84' (x in [-180, 180], y in [-90, 90]) "
+    "or 'xmin,ymin,xmax,ymax' (write --bounds=-180,-90,180,90 when xmin is negative). "
+    "Default: no range check; any finite coordinates are accepted (degrees, projected metres, ...)"
+)
+
+
+def bounds_option(text: str) -> Bounds | None:
+    """The ``--bounds`` flag's type: ``''`` or ``'none'`` means no check (an empty DAG param)."""
+    if text.strip().lower() in ("", "none"):
+        return None
+    try:
+        return Bounds.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+# --------------------------------------------------------------------------- errors and results
 
 
 class InputError(ValueError):
     """The input cannot be used at all (missing file, missing columns, unknown format)."""
+
+
+class AllRowsRejected(InputError):
+    """Every row of a non-empty input was refused; the message names the commonest reasons.
+
+    ``commonest`` holds ``(rows, example line, example reason)`` per kind of reason
+    (:func:`reason_kind`), most frequent first.
+    """
+
+    def __init__(self, path: str | Path, total: int, commonest: Sequence[tuple[int, int, str]],
+                 *, note: str = "") -> None:
+        self.total = total
+        self.commonest = list(commonest)
+        reasons = "; ".join(f"{rows:,} like line {line}: {reason}" for rows, line, reason in commonest)
+        super().__init__(f"{path}: all {total:,} row(s) were rejected, nothing was loaded; "
+                         f"commonest reasons: {reasons}" + (f"; {note}" if note else ""))
+
+
+def truncated_gzip_error(path: str | Path) -> InputError:
+    return InputError(f"{path}: the gzip data ends early, the file is truncated (an interrupted copy or "
+                      "download?); nothing was loaded: copy or compress the file again")
+
+
+def corrupt_gzip_error(path: str | Path) -> InputError:
+    return InputError(f"{path}: the gzip data is corrupt (a block or checksum does not decode); "
+                      "nothing was loaded: copy or compress the file again")
+
+
+def check_file(path: Path) -> None:
+    """Refuse, before reading rows, a file that is missing, empty, or named ``.gz`` but not
+    gzip data (its first two bytes). Both readers call it."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty (no header line)")
+    if path.name.endswith(".gz") and not _is_parquet(path):
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                raise InputError(f"{path}: the name ends in .gz but the file is not gzip data; nothing was "
+                                 "loaded: compress it with gzip or drop .gz from its name")
+
+
+@contextmanager
+def _gzip_errors(path: Path) -> Iterator[None]:
+    """Turn a gzip stream's failure while reading ``path`` into the one-line InputError."""
+    try:
+        yield
+    except EOFError:
+        raise truncated_gzip_error(path) from None
+    except (gzip.BadGzipFile, zlib.error):
+        raise corrupt_gzip_error(path) from None
+
+
+def check_gzip_data(path: Path) -> None:
+    """Decompress ``path`` to its end, keeping nothing: truncated or corrupt gzip data raises
+    the one-line InputError. The Spark reader calls it before any Spark job, so a broken file
+    never reaches an executor (which would log a JVM stack trace before the error); it costs
+    about 0.7 s of CPU for the 32 MB real data file."""
+    with _gzip_errors(path), gzip.open(path, "rb") as fh:
+        while fh.read(1 << 20):
+            pass
 
 
 @dataclass(frozen=True)
@@ -65,19 +282,48 @@ class Rejection:
         return {"source": self.source, "line": self.line, "reason": self.reason, "text": self.text}
 
 
+def commonest_reasons(rejections: Sequence[Rejection], top: int = 3) -> list[tuple[int, int, str]]:
+    """``(rows, example line, example reason)`` of the ``top`` commonest kinds of reason,
+    most frequent first (ties: earliest example first); the example is the kind's first line."""
+    kinds: dict[str, list] = {}
+    for r in sorted(rejections, key=lambda r: r.line):
+        entry = kinds.setdefault(reason_kind(r.reason), [0, r.line, r.reason])
+        entry[0] += 1
+    ranked = sorted(kinds.values(), key=lambda e: (-e[0], e[1]))
+    return [(rows, line, reason) for rows, line, reason in ranked[:top]]
+
+
+def refuse_if_all_rejected(path: str | Path, accepted: int, rejections: Sequence[Rejection]) -> None:
+    """Raise :class:`AllRowsRejected` when rows were read and none was accepted. A file
+    without rows (a header only) is an empty batch and passes."""
+    if accepted == 0 and rejections:
+        raise AllRowsRejected(path, len(rejections), commonest_reasons(rejections))
+
+
 @dataclass
 class ObjectsLoad:
+    """Accepted objects in stream order, the line each came from, and the rejected rows."""
+
     objects: Objects
+    lines: Int64Array
     rejections: list[Rejection] = field(default_factory=list)
 
 
 @dataclass
 class EventsLoad:
+    """Accepted subscription events in replay order, the line each came from, and the rejected rows."""
+
     events: SubscriptionEvents
+    lines: Int64Array
     rejections: list[Rejection] = field(default_factory=list)
 
 
-# --------------------------------------------------------------------------- raw rows
+#: A row to validate: its line (header = 1), its fields in column order (OBJECT_COLUMNS or
+#: EVENT_COLUMNS), and its text as read (kept, cut, in its rejection).
+RawRow = tuple[int, Sequence[str], str]
+
+
+# --------------------------------------------------------------------------- raw rows of a file
 
 
 def _is_parquet(path: Path) -> bool:
@@ -95,70 +341,76 @@ def _open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _raw_rows(
-    path: Path, expected: tuple[str, ...], source: str, rejections: list[Rejection]
-) -> Iterator[tuple[int, list[str], str]]:
-    """Yield ``(line number, fields in expected order, raw text)`` for every well-formed row.
+def _file_rows(path: Path, expected: tuple[str, ...], rejections: list[Rejection]) -> Iterator[RawRow]:
+    """Yield a :data:`RawRow` for every line of ``path`` that has the header's shape.
 
-    Rows that are not UTF-8 or have the wrong number of fields are rejected here. Parquet
-    files yield their rows as strings so one validator serves every format.
+    Lines that are not UTF-8, hold only separators, or have the wrong number of fields are
+    rejected here. Parquet files yield their rows as strings so one validator serves every
+    format. Truncated or corrupt gzip data raises :class:`InputError`.
     """
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
+    check_file(path)
     if _is_parquet(path):
         yield from _parquet_rows(path, expected)
         return
     delim = _delimiter(path)
-    with _open_binary(path) as fh:
+    source = path.name
+    with _gzip_errors(path), _open_binary(path) as fh:
         header_bytes = fh.readline()
         if not header_bytes:
             raise InputError(f"{path}: the file is empty (no header line)")
-        try:
-            # utf-8-sig: a UTF-8 byte order mark is not part of the first column's name.
-            header_text = header_bytes.decode("utf-8-sig").rstrip("\r\n")
-        except UnicodeDecodeError:
-            header_text = "\x00"
-        if "\x00" in header_text:  # undecodable, or UTF-16 read as UTF-8
-            raise InputError(f"{path}: the header line is not UTF-8 text (a UTF-16 or Latin-1 file?); "
-                             "save the file as UTF-8") from None
-        header = header_text.split(delim)
-        header = [h.strip().lower() for h in header]
-        missing = [c for c in expected if c not in header]
-        if missing:
-            raise InputError(
-                f"{path}: header {header} lacks column(s) {missing}; expected "
-                f"{' '.join(expected)} separated by {'tabs' if delim == chr(9) else 'commas'}"
-            )
-        positions = [header.index(c) for c in expected]
-        width = len(header)
+        positions, width = _header_positions(path, header_bytes, delim, expected)
+        blank = " " + delim
         for lineno, raw in enumerate(fh, start=2):
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError:
-                rejections.append(
-                    Rejection(source, lineno, "line is not valid UTF-8 text", repr(raw[:_RAW_TEXT_LIMIT]))
-                )
+                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, repr(raw[:TEXT_LIMIT])))
                 continue
-            if not text.strip():
-                continue  # blank lines (e.g. a trailing newline) carry no row
+            if not text:
+                continue  # an empty line (e.g. after the last newline) carries no row
+            if "\ufffd" in text:
+                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, text[:TEXT_LIMIT]))
+                continue
+            if not text.strip(blank):
+                rejections.append(Rejection(source, lineno, Reason.ONLY_SEPARATORS, text[:TEXT_LIMIT]))
+                continue
             fields = text.split(delim)
             if len(fields) != width:
-                rejections.append(
-                    Rejection(
-                        source,
-                        lineno,
-                        f"wrong column count: expected {width}, got {len(fields)}",
-                        text[:_RAW_TEXT_LIMIT],
-                    )
-                )
+                rejections.append(Rejection(source, lineno, Reason.COLUMN_COUNT % (width, len(fields)),
+                                            text[:TEXT_LIMIT]))
                 continue
             yield lineno, [fields[p] for p in positions], text
 
 
-def _parquet_rows(path: Path, expected: tuple[str, ...]) -> Iterator[tuple[int, list[str], str]]:
-    import pyarrow.parquet as pq  # local: only Parquet inputs need it
+def _header_positions(path: Path, header_bytes: bytes, delim: str,
+                      expected: tuple[str, ...]) -> tuple[list[int], int]:
+    """Positions of the expected columns in the header line, and the header's width."""
+    try:
+        # utf-8-sig: a UTF-8 byte order mark is not part of the first column's name.
+        header_text = header_bytes.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        header_text = "\x00"
+    if "\x00" in header_text or "\ufffd" in header_text:  # undecodable, or UTF-16 read as UTF-8
+        raise InputError(f"{path}: the header line is not UTF-8 text (a UTF-16 or Latin-1 file?); "
+                         "save the file as UTF-8")
+    header = [h.strip().lower() for h in header_text.split(delim)]
+    missing = [c for c in expected if c not in header]
+    if missing:
+        raise InputError(
+            f"{path}: header {header} lacks column(s) {missing}; expected "
+            f"{' '.join(expected)} separated by {'tabs' if delim == chr(9) else 'commas'}"
+        )
+    return [header.index(c) for c in expected], len(header)
 
-    table = pq.read_table(path)
+
+def _parquet_rows(path: Path, expected: tuple[str, ...]) -> Iterator[RawRow]:
+    import pyarrow as pa  # local: only Parquet inputs need it
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowInvalid as err:
+        raise InputError(f"{path}: not a readable Parquet file ({err}); nothing was loaded") from None
     missing = [c for c in expected if c not in table.column_names]
     if missing:
         raise InputError(f"{path}: Parquet columns {table.column_names} lack {missing}")
@@ -169,63 +421,81 @@ def _parquet_rows(path: Path, expected: tuple[str, ...]) -> Iterator[tuple[int, 
         yield i + 2, fields, "\t".join(fields)
 
 
-# --------------------------------------------------------------------------- field checks
+# --------------------------------------------------------------------------- field rules
 
 
 class _RowError(Exception):
     pass
 
 
-def _parse_int(name: str, text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise _RowError(f"{name} {text!r} is not an integer") from None
+def _integer(name: str, text: str) -> int:
+    value = text.strip(" ")
+    if value.isdigit() and value.isascii() and len(value) < 19:  # the common case, without a regex
+        return int(value)
+    if not INTEGER_PATTERN.fullmatch(value):
+        raise _RowError(Reason.NOT_INTEGER % (name, shorten(text)))
+    number = int(value)
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise _RowError(Reason.BEYOND_INT64 % (name, shorten(text)))
+    return number
 
 
-def _parse_coord(name: str, text: str, low: float | None, high: float | None) -> float:
+def _coordinate(name: str, text: str, bounds: Bounds | None) -> float:
+    value = text.strip(" ")
+    # On printable ASCII without '_', float() accepts exactly DECIMAL_PATTERN and
+    # NON_FINITE_PATTERN (a unit test holds it to that); it is several times faster than a regex.
     try:
-        value = float(text)
+        number = float(value) if value.isascii() and value.isprintable() and "_" not in value else None
     except ValueError:
-        raise _RowError(f"{name} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise _RowError(f"{name} is {value}, coordinates must be finite")
-    if low is not None and high is not None and not (low <= value <= high):
-        raise _RowError(f"{name} {value} is outside [{low}, {high}]")
-    return value
+        number = None
+    if number is None:
+        raise _RowError(Reason.NOT_A_NUMBER % (name, shorten(text)))
+    if not math.isfinite(number):  # nan, inf, or a decimal that overflows such as 1e999
+        raise _RowError(Reason.NOT_FINITE % (name, shorten(text)))
+    if bounds is not None:
+        low, high = bounds.axis(name)
+        if not low <= number <= high:
+            raise _RowError(Reason.OUTSIDE_BOUNDS % (name, shorten(text), bounds.describe(name)))
+    return number
+
+
+def _keyword_failure(text: str, words: list[str]) -> str | None:
+    """The reason the keywords field ``text`` (split into ``words``) is refused, or None."""
+    if words == [""]:
+        return Reason.KEYWORDS_EMPTY
+    if "" in words:
+        return Reason.EMPTY_TOKEN % shorten(text)
+    too_long = next((w for w in words if len(w) > MAX_KEYWORD_LENGTH), None)
+    if too_long is not None:
+        return Reason.KEYWORD_TOO_LONG % (shorten(too_long), len(too_long), MAX_KEYWORD_LENGTH)
+    not_normalised = next((w for w in words if not KEYWORD_PATTERN.fullmatch(w)), None)
+    if not_normalised is not None:
+        return Reason.NOT_NORMALISED % shorten(not_normalised)
+    return None
 
 
 class _KeywordEncoder:
-    """Validates keyword tokens once per distinct word and maps them to vocabulary ids."""
+    """Validates keyword fields and maps their words to vocabulary ids; a word is checked
+    once, the first time it is seen."""
 
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
-        self.checked: dict[str, int] = {}
+        self.known: dict[str, int] = {}
 
     def encode(self, text: str) -> list[int]:
-        words = text.split(" ")
-        if words == [""]:
-            raise _RowError("keywords are empty")
-        ids = []
+        words = text.strip(" ").split(" ")
+        known = self.known
+        try:
+            return sorted({known[w] for w in words})
+        except KeyError:
+            pass  # a word not seen yet: check the whole field in rule order
+        reason = _keyword_failure(text, words)
+        if reason is not None:
+            raise _RowError(reason)
         for w in words:
-            kid = self.checked.get(w)
-            if kid is None:
-                if w == "":
-                    raise _RowError(f"keywords {text!r} contain an empty token (use single spaces)")
-                if not KEYWORD_PATTERN.fullmatch(w):
-                    raise _RowError(
-                        f"keyword {w!r} is not normalised (lower-case [a-z0-9] words joined by '_')"
-                    )
-                kid = self.vocab.id_of(w)
-                self.checked[w] = kid
-            ids.append(kid)
-        return sorted(set(ids))
-
-
-def _bounds(bounds: Rect | None) -> tuple[float | None, float | None, float | None, float | None]:
-    if bounds is None:
-        return None, None, None, None
-    return bounds.xmin, bounds.xmax, bounds.ymin, bounds.ymax
+            if w not in known:
+                known[w] = self.vocab.id_of(w)
+        return sorted({known[w] for w in words})
 
 
 def _keyword_sets(lengths: list[int], flat: list[int]) -> KeywordSets:
@@ -237,20 +507,19 @@ def _keyword_sets(lengths: list[int], flat: list[int]) -> KeywordSets:
 # --------------------------------------------------------------------------- objects
 
 
-def read_objects(
-    path: str | Path, vocab: Vocabulary, *, bounds: Rect | None = WGS84, limit: int | None = None
+def validate_objects(
+    rows: Iterable[RawRow], vocab: Vocabulary, *, source: str, bounds: Bounds | None = None,
+    limit: int | None = None,
 ) -> ObjectsLoad:
-    """Read and validate an objects file (DESIGN §6).
+    """Validate object rows given as text fields; the rules of this module's docstring.
 
-    Rejected rows: wrong column count, non-UTF-8 text, unparsable or non-finite numbers,
-    coordinates outside ``bounds`` (``None`` disables the check), empty or non-normalised
-    keywords, and every repeat of an object id after its first occurrence. Accepted rows are
-    returned in stream order: stably sorted by ``t`` (file order within a timestamp).
+    ``rows`` yields :data:`RawRow` values (fields in :data:`OBJECT_COLUMNS` order), from a file
+    (:func:`read_objects`) or from memory. Refused: a field that breaks a rule (``bounds``
+    adds the range check; ``None`` accepts any finite coordinate), and every repeat of an
+    object id after its first occurrence. Accepted rows come back in stream order — stably
+    sorted by ``t`` — with their lines; ``limit`` stops after that many accepted rows.
     """
-    path = Path(path)
-    source = path.name
     rejections: list[Rejection] = []
-    xlo, xhi, ylo, yhi = _bounds(bounds)
     enc = _KeywordEncoder(vocab)
     ids: list[int] = []
     xs: list[float] = []
@@ -259,15 +528,15 @@ def read_objects(
     lines: list[int] = []
     lengths: list[int] = []
     flat: list[int] = []
-    for lineno, (f_id, f_x, f_y, f_kw, f_t), text in _raw_rows(path, OBJECT_COLUMNS, source, rejections):
+    for lineno, (f_id, f_x, f_y, f_kw, f_t), text in rows:
         try:
-            oid = _parse_int("id", f_id)
-            x = _parse_coord("x", f_x, xlo, xhi)
-            y = _parse_coord("y", f_y, ylo, yhi)
-            kws = enc.encode(f_kw.strip())
-            t = _parse_int("t", f_t)
+            oid = _integer("id", f_id)
+            x = _coordinate("x", f_x, bounds)
+            y = _coordinate("y", f_y, bounds)
+            kws = enc.encode(f_kw)
+            t = _integer("t", f_t)
         except _RowError as err:
-            rejections.append(Rejection(source, lineno, str(err), text[:_RAW_TEXT_LIMIT]))
+            rejections.append(Rejection(source, lineno, str(err), text[:TEXT_LIMIT]))
             continue
         ids.append(oid)
         xs.append(x)
@@ -291,20 +560,32 @@ def read_objects(
     if not keep.all():
         first_line = _first_line_by_id(objects.ids, line_arr)
         for r in np.flatnonzero(~keep):
-            rejections.append(
-                Rejection(
-                    source,
-                    int(line_arr[r]),
-                    f"duplicate object id {int(objects.ids[r])} (first seen on line "
-                    f"{first_line[int(objects.ids[r])]})",
-                    _object_text(objects, int(r), vocab),
-                )
-            )
-        objects = objects.take(np.flatnonzero(keep))
+            oid = int(objects.ids[r])
+            rejections.append(Rejection(source, int(line_arr[r]), Reason.DUPLICATE_ID % (oid, first_line[oid]),
+                                        _object_text(objects, int(r), vocab)))
+        objects, line_arr = objects.take(np.flatnonzero(keep)), line_arr[keep]
     if objects.t.size and np.any(np.diff(objects.t) < 0):
-        objects = objects.take(np.argsort(objects.t, kind="stable"))
+        order = np.argsort(objects.t, kind="stable")
+        objects, line_arr = objects.take(order), line_arr[order]
     rejections.sort(key=lambda r: r.line)
-    return ObjectsLoad(objects, rejections)
+    return ObjectsLoad(objects, line_arr, rejections)
+
+
+def read_objects(
+    path: str | Path, vocab: Vocabulary, *, bounds: Bounds | None = None, limit: int | None = None
+) -> ObjectsLoad:
+    """Read and validate an objects file (DESIGN §6) with :func:`validate_objects`.
+
+    Raises :class:`InputError` when the file is unusable as a whole, including when it has
+    rows and every one is rejected (:class:`AllRowsRejected`).
+    """
+    path = Path(path)
+    line_rejections: list[Rejection] = []
+    load = validate_objects(_file_rows(path, OBJECT_COLUMNS, line_rejections), vocab, source=path.name,
+                            bounds=bounds, limit=limit)
+    load.rejections = sorted(line_rejections + load.rejections, key=lambda r: r.line)
+    refuse_if_all_rejected(path, len(load.objects), load.rejections)
+    return load
 
 
 def _object_text(objects: Objects, r: int, vocab: Vocabulary) -> str:
@@ -338,26 +619,22 @@ def _first_line_by_id(ids: np.ndarray, lines: np.ndarray) -> dict[int, int]:
 
 # --------------------------------------------------------------------------- events
 
+_OPS = {"insert": Op.INSERT, "delete": Op.DELETE}
 
-def read_events(
-    path: str | Path,
-    vocab: Vocabulary,
-    *,
-    bounds: Rect | None = WGS84,
+
+def validate_events(
+    rows: Iterable[RawRow], vocab: Vocabulary, *, source: str, bounds: Bounds | None = None,
     max_k: int = MAX_K,
 ) -> EventsLoad:
-    """Read and validate a subscription events file (DESIGN §6).
+    """Validate subscription event rows given as text fields (:data:`EVENT_COLUMNS` order).
 
-    Besides the per-field checks of :func:`read_objects` (``k`` must be an integer in
-    ``[1, max_k]``; ``op`` one of ``insert``/``delete``), the events are replayed in
+    Besides the field rules (``k`` an integer in ``[1, max_k]``; ``op`` ``insert`` or
+    ``delete``; ``bounds`` as in :func:`validate_objects`), the events are replayed in
     timestamp order — within a timestamp deletions before insertions (DESIGN §1) — and a
-    delete of an id that is not live, or an insert of an id that is live, is rejected.
-    Accepted events are returned in that replay order.
+    delete of an id that is not live, or an insert of an id that is live, is refused.
+    Accepted events come back in that replay order, with their lines.
     """
-    path = Path(path)
-    source = path.name
     rejections: list[Rejection] = []
-    xlo, xhi, ylo, yhi = _bounds(bounds)
     enc = _KeywordEncoder(vocab)
     ops: list[int] = []
     ids: list[int] = []
@@ -368,29 +645,26 @@ def read_events(
     lines: list[int] = []
     lengths: list[int] = []
     flat: list[int] = []
-    for lineno, (f_op, f_id, f_x, f_y, f_kw, f_k, f_t), text in _raw_rows(
-        path, EVENT_COLUMNS, source, rejections
-    ):
+    for lineno, (f_op, f_id, f_x, f_y, f_kw, f_k, f_t), text in rows:
         try:
-            try:
-                op = Op.from_str(f_op)
-            except ValueError as err:
-                raise _RowError(str(err)) from None
-            sid = _parse_int("id", f_id)
-            t = _parse_int("t", f_t)
+            op = _OPS.get(f_op.strip(" ").lower())
+            if op is None:
+                raise _RowError(Reason.UNKNOWN_OP % shorten(f_op))
+            sid = _integer("id", f_id)
+            t = _integer("t", f_t)
             if op == Op.INSERT:
-                x = _parse_coord("x", f_x, xlo, xhi)
-                y = _parse_coord("y", f_y, ylo, yhi)
-                kws = enc.encode(f_kw.strip())
-                k = _parse_int("k", f_k)
+                x = _coordinate("x", f_x, bounds)
+                y = _coordinate("y", f_y, bounds)
+                kws = enc.encode(f_kw)
+                k = _integer("k", f_k)
                 if k < 1:
-                    raise _RowError(f"k is {k}, it must be at least 1")
+                    raise _RowError(Reason.K_TOO_SMALL % k)
                 if k > max_k:
-                    raise _RowError(f"k is {k}, more than the limit of {max_k}")
+                    raise _RowError(Reason.K_TOO_LARGE % (k, max_k))
             else:
                 x, y, kws, k = math.nan, math.nan, [], 0
         except _RowError as err:
-            rejections.append(Rejection(source, lineno, str(err), text[:_RAW_TEXT_LIMIT]))
+            rejections.append(Rejection(source, lineno, str(err), text[:TEXT_LIMIT]))
             continue
         ops.append(int(op))
         ids.append(sid)
@@ -411,6 +685,7 @@ def read_events(
         np.asarray(ks, dtype=np.int32),
         np.asarray(ts, dtype=np.int64),
     )
+    line_arr = np.asarray(lines, dtype=np.int64)
     # Replay order: by t, deletions (op 1) before insertions (op 0), file order otherwise.
     order = np.lexsort((np.arange(len(events)), -events.op.astype(np.int64), events.t))
     keep = np.ones(len(events), dtype=bool)
@@ -423,18 +698,39 @@ def read_events(
             if sid in live:
                 live.remove(sid)
                 continue
-            reason = f"delete of subscription {sid}, which is not live at t={int(events.t[order[pos]])}"
+            reason = Reason.DELETE_NOT_LIVE % (sid, int(events.t[order[pos]]))
         else:
             if sid not in live:
                 live.add(sid)
                 continue
-            reason = f"insert of subscription {sid}, which is already live"
+            reason = Reason.INSERT_LIVE % sid
         r = int(order[pos])
         keep[r] = False
         rejections.append(Rejection(source, lines[r], reason, _event_text(events, r, vocab)))
-    events = events.take(order[keep[order]])
+    replayed = order[keep[order]]
     rejections.sort(key=lambda r: r.line)
-    return EventsLoad(events, rejections)
+    return EventsLoad(events.take(replayed), line_arr[replayed], rejections)
+
+
+def read_events(
+    path: str | Path,
+    vocab: Vocabulary,
+    *,
+    bounds: Bounds | None = None,
+    max_k: int = MAX_K,
+) -> EventsLoad:
+    """Read and validate a subscription events file (DESIGN §6) with :func:`validate_events`.
+
+    Raises :class:`InputError` when the file is unusable as a whole, including when it has
+    rows and every one is rejected (:class:`AllRowsRejected`).
+    """
+    path = Path(path)
+    line_rejections: list[Rejection] = []
+    load = validate_events(_file_rows(path, EVENT_COLUMNS, line_rejections), vocab, source=path.name,
+                           bounds=bounds, max_k=max_k)
+    load.rejections = sorted(line_rejections + load.rejections, key=lambda r: r.line)
+    refuse_if_all_rejected(path, len(load.events), load.rejections)
+    return load
 
 
 # --------------------------------------------------------------------------- writers

@@ -8,6 +8,21 @@ an object id landed earlier with other values, a row for a timestamp the micro-b
 already processed (it would never be applied), an insert of a subscription live from an
 earlier batch or a delete of one that is not live are quarantined with their reason; a row
 equal to a landed one is a replay and changes nothing.
+
+Nothing is written before every file of a call (:func:`ingest_files`) has been read to its end
+and validated. So a file that is unusable as a whole — truncated or corrupt gzip data, missing
+columns — raises :class:`~dkmsks.io.formats.InputError` and loads nothing, from any of the
+files. A file that has rows and rejects every one raises
+:class:`~dkmsks.io.formats.AllRowsRejected` naming the commonest reasons: the quarantine rows
+of every file of the call are written first, so they can be inspected (``dkm status``, the
+``quarantine`` table), but no accepted row of any file is merged. A file with a header and
+no row is an empty batch: nothing to load, and no error.
+
+Next to a running pipeline the writes follow the landing protocol (:mod:`dkmsks.spark.landing`):
+the merges of all files of a call happen under the landing lock, so a run never takes half of
+them, and rows for a timestamp the pipeline has taken meanwhile (sealed) are quarantined as
+closed instead of being merged where no run would ever apply them. The heavy validation runs
+before the lock is taken.
 """
 
 from __future__ import annotations
@@ -18,33 +33,33 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dkmsks.core.model import Rect
-from dkmsks.io.formats import WGS84
-from dkmsks.spark.readers import read_events_df, read_objects_df
+from dkmsks.io.formats import NUMBER_PATTERN, QUOTED_VALUE_PATTERN, AllRowsRejected, Bounds
+from dkmsks.spark.readers import file_read_errors, read_events_df, read_objects_df
+from dkmsks.spark.landing import landing_lock, sealed_through
 from dkmsks.spark.sql_files import run_sql
+from dkmsks.warehouse import Warehouse
 
 OBJECTS_TABLE = "objects"
 EVENTS_TABLE = "subscription_events"
 QUARANTINE_TABLE = "quarantine"
-
-_DDL = {
-    OBJECTS_TABLE: "ddl/objects.sql",
-    EVENTS_TABLE: "ddl/subscription_events.sql",
-    QUARANTINE_TABLE: "ddl/quarantine.sql",
-}
-
-
-def ensure_landing_tables(spark: SparkSession) -> None:
-    """Create the landing tables if they do not exist (idempotent)."""
-    for table, ddl in _DDL.items():
-        run_sql(spark, ddl, table=table)
-
 
 @dataclass(frozen=True)
 class IngestReport:
     table: str
     accepted: int
     rejected: int
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One file read to its end and validated, its rows materialised; nothing written yet."""
+
+    path: Path
+    table: str
+    merge_sql: str
+    rows: DataFrame  # accepted rows of the window, in the table's columns
+    quarantined: DataFrame  # rejected rows not quarantined before, in the quarantine's columns
+    refused: AllRowsRejected | None  # set when the file has rows and rejected every one
 
 
 def _merge(spark: SparkSession, df: DataFrame, target: str, merge_sql: str) -> None:
@@ -56,42 +71,8 @@ def _merge(spark: SparkSession, df: DataFrame, target: str, merge_sql: str) -> N
         spark.catalog.dropTempView(view)
 
 
-def _processed_through(spark: SparkSession) -> int | None:
-    """The last timestamp the micro-batches processed (``ledger``), None before partitioning."""
-    from dkmsks.spark import tables
-
-    if not spark.catalog.tableExists(tables.LEDGER):
-        return None
-    value = spark.table(tables.LEDGER).agg(F.max("t").alias("t")).collect()[0].t
-    return None if value is None else int(value)
-
-
 def _landed(spark: SparkSession, table: str) -> DataFrame | None:
     return spark.table(table) if spark.catalog.tableExists(table) else None
-
-
-def _write(spark: SparkSession, rows: DataFrame, rejected: DataFrame, table: str, merge_sql: str,
-           run_id: str) -> tuple[int, int]:
-    """Materialise the accepted and the rejected rows, then merge both (in that order).
-
-    Both are computed before either write: the checks read the landed table, which the merge
-    changes. Returns the numbers of accepted rows and of newly quarantined rows.
-    """
-    rows = rows.localCheckpoint(eager=True)
-    quarantined = rejected.select(
-        F.lit(table).alias("target"), "source", "line", "reason", "text", F.lit(run_id).alias("run_id")
-    )
-    if spark.catalog.tableExists(QUARANTINE_TABLE):
-        # A line keeps its first verdict: re-reading a file (a retry, a later publish window)
-        # must not quarantine a line again because it now also reads as late.
-        judged = spark.table(QUARANTINE_TABLE).select("target", "source", "line")
-        quarantined = quarantined.join(judged, ["target", "source", "line"], "left_anti")
-    quarantined = quarantined.localCheckpoint(eager=True)
-    n, n_rejected = rows.count(), quarantined.count()
-    _merge(spark, rows, table, merge_sql)
-    if n_rejected:
-        _merge(spark, quarantined, QUARANTINE_TABLE, "dml/merge_quarantine.sql")
-    return n, n_rejected
 
 
 def _window(df: DataFrame, after: int | None, upto: int | None) -> DataFrame:
@@ -102,32 +83,119 @@ def _window(df: DataFrame, after: int | None, upto: int | None) -> DataFrame:
     return df
 
 
+def _commonest_reasons(rejected: DataFrame, top: int = 3) -> list[tuple[int, int, str]]:
+    """:func:`dkmsks.io.formats.commonest_reasons` over a DataFrame of quarantine rows."""
+    kind = F.regexp_replace(F.regexp_replace("reason", QUOTED_VALUE_PATTERN.pattern, "'...'"),
+                            NUMBER_PATTERN.pattern, "N")
+    ranked = (rejected.groupBy(kind.alias("kind"))
+              .agg(F.count("*").alias("rows"), F.min(F.struct("line", "reason")).alias("first"))
+              .orderBy(F.desc("rows"), F.col("first.line")).limit(top).collect())
+    return [(int(r.rows), int(r.first.line), str(r.first.reason)) for r in ranked]
+
+
+def _check(
+    spark: SparkSession, path: Path, table: str, merge_sql: str, accepted: DataFrame, rejected: DataFrame,
+    columns: list[str], *, run_id: str, after: int | None, upto: int | None,
+) -> _Checked:
+    """Read the whole file (inside :func:`file_read_errors`) and materialise its verdicts.
+
+    Both verdicts are computed before any write: the checks read the landed tables, which the
+    merges change.
+    """
+    with file_read_errors(path):
+        accepted = accepted.localCheckpoint(eager=True)
+        rejected = rejected.localCheckpoint(eager=True)
+    refused = None
+    if accepted.isEmpty() and not rejected.isEmpty():
+        refused = AllRowsRejected(path, rejected.count(), _commonest_reasons(rejected),
+                                  note=f"the rejected rows are in the {QUARANTINE_TABLE} table")
+    rows = _window(accepted, after, upto).withColumn("source", F.lit(path.name)).select(*columns)
+    quarantined = rejected.select(
+        F.lit(table).alias("target"), "source", "line", "reason", "text", F.lit(run_id).alias("run_id")
+    )
+    if spark.catalog.tableExists(QUARANTINE_TABLE):
+        # A line keeps its first verdict: re-reading a file (a retry, a later publish window)
+        # must not quarantine a line again because it now also reads as late.
+        judged = spark.table(QUARANTINE_TABLE).select("target", "source", "line")
+        quarantined = quarantined.join(judged, ["target", "source", "line"], "left_anti")
+    return _Checked(path, table, merge_sql, rows, quarantined.localCheckpoint(eager=True), refused)
+
+
+def _check_objects(spark: SparkSession, warehouse: Warehouse, path: Path, *, run_id: str, bounds: Bounds | None,
+                   after: int | None, upto: int | None) -> _Checked:
+    accepted, rejected = read_objects_df(spark, path, bounds=bounds, landed=_landed(spark, OBJECTS_TABLE),
+                                         processed_through=sealed_through(warehouse))
+    return _check(spark, path, OBJECTS_TABLE, "dml/merge_objects.sql", accepted, rejected,
+                  ["id", "x", "y", "keywords", "t", "source", "line"], run_id=run_id, after=after, upto=upto)
+
+
+def _check_events(spark: SparkSession, warehouse: Warehouse, path: Path, *, run_id: str, bounds: Bounds | None,
+                  after: int | None, upto: int | None) -> _Checked:
+    accepted, rejected = read_events_df(spark, path, bounds=bounds, landed=_landed(spark, EVENTS_TABLE),
+                                        processed_through=sealed_through(warehouse))
+    return _check(spark, path, EVENTS_TABLE, "dml/merge_subscription_events.sql", accepted, rejected,
+                  ["op", "id", "x", "y", "keywords", "k", "t", "source", "line"],
+                  run_id=run_id, after=after, upto=upto)
+
+
+def ingest_files(
+    spark: SparkSession, warehouse: Warehouse, *, objects: str | Path | None = None, events: str | Path | None = None,
+    run_id: str, bounds: Bounds | None = None, after: int | None = None, upto: int | None = None,
+) -> list[IngestReport]:
+    """Validate an objects file and/or a subscription events file, then merge their good rows
+    (``after < t <= upto``) into ``objects`` / ``subscription_events`` and their bad rows
+    into ``quarantine``; one report per file given, objects first.
+
+    ``bounds=None`` accepts any finite coordinate; a :class:`~dkmsks.io.formats.Bounds`
+    refuses rows outside it. Raises :class:`~dkmsks.io.formats.InputError` when a file is
+    unusable, having written nothing, and :class:`~dkmsks.io.formats.AllRowsRejected` when a
+    file rejected every row, having written only the quarantine rows (module docstring).
+    """
+    checked = []
+    if objects is not None:
+        checked.append(_check_objects(spark, warehouse, Path(objects), run_id=run_id, bounds=bounds, after=after, upto=upto))
+    if events is not None:
+        checked.append(_check_events(spark, warehouse, Path(events), run_id=run_id, bounds=bounds, after=after, upto=upto))
+    refused = [c.refused for c in checked if c.refused is not None]
+    if refused:
+        for c in checked:
+            if not c.quarantined.isEmpty():
+                _merge(spark, c.quarantined, QUARANTINE_TABLE, "dml/merge_quarantine.sql")
+        raise refused[0]
+    reports = []
+    with landing_lock(warehouse, f"ingestion {run_id}"):
+        sealed = sealed_through(warehouse)
+        for c in checked:
+            rows, quarantined = c.rows, c.quarantined
+            if sealed is not None:
+                # Taken by a run since the checks: closed, so quarantined (never merged unseen).
+                closed = rows.where(F.col("t") <= sealed)
+                rows = rows.where(F.col("t") > sealed)
+                reason = F.format_string(f"timestamp %d is closed: the pipeline has taken every timestamp up to "
+                                         f"{sealed}; publish at t > {sealed}", F.col("t"))
+                quarantined = quarantined.unionByName(closed.select(
+                    F.lit(c.table).alias("target"), "source", "line", reason.alias("reason"),
+                    F.concat_ws(" ", F.lit("id"), F.col("id").cast("string"), F.lit("t"), F.col("t").cast("string"))
+                    .alias("text"), F.lit(run_id).alias("run_id")))
+            n, n_rejected = rows.count(), quarantined.count()
+            _merge(spark, rows, c.table, c.merge_sql)
+            if n_rejected:
+                _merge(spark, quarantined, QUARANTINE_TABLE, "dml/merge_quarantine.sql")
+            reports.append(IngestReport(c.table, n, n_rejected))
+    return reports
+
+
 def ingest_objects(
-    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84,
+    spark: SparkSession, warehouse: Warehouse, path: str | Path, *, run_id: str, bounds: Bounds | None = None,
     after: int | None = None, upto: int | None = None,
 ) -> IngestReport:
-    """Validate an objects file and merge its good rows (``after < t <= upto``) into ``objects``."""
-    accepted, rejected = read_objects_df(spark, path, bounds=bounds, landed=_landed(spark, OBJECTS_TABLE),
-                                         processed_through=_processed_through(spark))
-    accepted = _window(accepted, after, upto)
-    rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
-        "id", "x", "y", "keywords", "t", "source", "line"
-    )
-    n, n_rejected = _write(spark, rows, rejected, OBJECTS_TABLE, "dml/merge_objects.sql", run_id)
-    return IngestReport(OBJECTS_TABLE, n, n_rejected)
+    """:func:`ingest_files` with an objects file only."""
+    return ingest_files(spark, warehouse, objects=path, run_id=run_id, bounds=bounds, after=after, upto=upto)[0]
 
 
 def ingest_events(
-    spark: SparkSession, path: str | Path, *, run_id: str, bounds: Rect | None = WGS84,
+    spark: SparkSession, warehouse: Warehouse, path: str | Path, *, run_id: str, bounds: Bounds | None = None,
     after: int | None = None, upto: int | None = None,
 ) -> IngestReport:
-    """Validate a subscription events file and merge its good rows (``after < t <= upto``) into
-    ``subscription_events``."""
-    accepted, rejected = read_events_df(spark, path, bounds=bounds, landed=_landed(spark, EVENTS_TABLE),
-                                        processed_through=_processed_through(spark))
-    accepted = _window(accepted, after, upto)
-    rows = accepted.withColumn("source", F.lit(Path(path).name)).select(
-        "op", "id", "x", "y", "keywords", "k", "t", "source", "line"
-    )
-    n, n_rejected = _write(spark, rows, rejected, EVENTS_TABLE, "dml/merge_subscription_events.sql", run_id)
-    return IngestReport(EVENTS_TABLE, n, n_rejected)
+    """:func:`ingest_files` with a subscription events file only."""
+    return ingest_files(spark, warehouse, events=path, run_id=run_id, bounds=bounds, after=after, upto=upto)[0]
