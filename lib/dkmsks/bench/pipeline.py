@@ -9,10 +9,10 @@ One command, one Spark session (``local[2]`` by default), one warehouse under ``
 3. catch-up: ``--catchup`` pending timestamps in ONE micro-batch run, then ``--chunked``
    further timestamps with ``max_timestamps = --per-run`` (objects/s and per-phase times from
    each run's ``MicrobatchReport``);
-4. naive Spark (``bench/naive_spark.py``): the keyword join + window top-k + MERGE a user would
+4. naive Spark (:mod:`dkmsks.bench.naive_spark`): the keyword join + window top-k + MERGE a user would
    write, seeded with the pipeline's state, timed on ``--naive`` timestamps;
-5. follow mode (``bench/bench_follow.py`` in a subprocess on ``local[m + 2]``, after this
-   script's session stops: the embedded metastore admits one JVM): ``--latency`` rounds of one
+5. follow mode (``dkm bench follow`` in a subprocess on ``local[m + 2]``, after this
+   benchmark's session stops: the embedded metastore admits one JVM): ``--latency`` rounds of one
    timestamp each with warm worker tasks, then one round over ``--warm-backlog`` pending
    timestamps (warm catch-up throughput);
 6. the naive results after its last timestamp are compared with the pipeline's at that
@@ -20,131 +20,36 @@ One command, one Spark session (``local[2]`` by default), one warehouse under ``
    (``--verify-*``), the naive approach computed from scratch is compared with the oracle and
    with the pipeline.
 
-Usage: ``.venv/bin/python bench/bench_pipeline.py [--quick] [--no-docs] [--workdir DIR]``.
-``--quick`` runs small sizes (20k objects, 2k subscriptions) in a few minutes and writes docs
-only when ``--docs PATH`` is given. Raw numbers go to ``<workdir>/results.json`` as they come.
+Usage: ``dkm bench pipeline [--quick] [--no-docs] [--workdir DIR]``. ``--quick`` runs small
+sizes (20k objects, 2k subscriptions) and writes docs only when ``--docs PATH`` is given. Raw
+numbers go to ``<workdir>/results.json`` as they come, with the commit, the machine and the
+parameters.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
-import platform
-import re
 import shutil
-import statistics
 import subprocess
 import sys
-import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-DATA = Path(os.environ.get("DKMSKS_DATA_DIR", REPO.parent / "shared" / "data")) / "wof_simplegeo_us" / "objects.tsv.gz"
+from dkmsks.bench import naive_spark
+from dkmsks.bench.common import DKM, REPO, PeakMemory, ResultFile, dataset_path, describe_machine, say, \
+    write_doc_section
+from dkmsks.bench.stats import median
+
 DOCS = REPO / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench_pipeline:start -->"
-END = "<!-- bench_pipeline:end -->"
 
 # Issue 4 targets.
 TARGET_PARTITION_S = 300.0
 TARGET_FOLLOW_S = 2.0
 TARGET_CATCHUP_OPS = 10_000.0
 TARGET_NAIVE_RATIO = 20.0
-
-
-# ----------------------------------------------------------------------------------------- utils
-
-class PeakMemory:
-    """Samples the summed RSS of this process and all its descendants (JVM, Python workers)."""
-
-    def __init__(self, interval: float = 0.5) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> int:
-        me = self._psutil.Process()
-        total = 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except self._psutil.Error:
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(self.interval)
-
-    def start(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
-def machine() -> dict[str, str]:
-    from dkmsks.bench.common import cpu_model
-
-    cpu = cpu_model()
-    free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=False).stdout
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
-    import numpy
-    import pyspark
-
-    from dkmsks.spark.session import delta_jars
-
-    delta = next((j.name for j in delta_jars() if j.name.startswith("delta-spark")), "delta-spark (maven)")
-    return {"nproc": nproc, "free_g": free.strip(), "cpu": cpu, "python": platform.python_version(),
-            "pyspark": pyspark.__version__, "delta": delta, "java": java[0] if java else "unknown",
-            "numpy": numpy.__version__}
-
-
-def median(xs: list[float]) -> float:
-    return float(statistics.median(xs)) if xs else float("nan")
-
-
-class Recorder:
-    """Results dict, saved to JSON after every step so a crash keeps what was measured."""
-
-    def __init__(self, path: Path, params: dict) -> None:
-        self.path = path
-        self.data: dict = {"params": params, "steps": {}, "errors": {}}
-
-    def put(self, key: str, value) -> None:
-        self.data["steps"][key] = value
-        self.save()
-
-    def error(self, key: str, err: BaseException) -> None:
-        self.data["errors"][key] = "".join(traceback.format_exception_only(type(err), err)).strip()
-        self.save()
-
-    def save(self) -> None:
-        self.path.write_text(json.dumps(self.data, indent=1, default=str))
-
-
-def stop_jvm(spark) -> None:
-    """Stop the session and its JVM (frees the embedded metastore for the follow subprocess)."""
-    from dkmsks.spark.session import stop_session_and_jvm
-
-    stop_session_and_jvm(spark)
-
-
-def say(text: str) -> None:
-    print(f"[{_dt.datetime.now(_dt.UTC):%H:%M:%S}] {text}", flush=True)
 
 
 # --------------------------------------------------------------------------------------- workload
@@ -155,12 +60,10 @@ def make_workload(folder: Path, *, o_init: int, subscriptions: int, timestamps: 
     from dkmsks.core.workload import WorkloadSpec, generate_workload
     from dkmsks.io.formats import read_objects, write_events, write_objects
 
-    if not DATA.exists():
-        raise SystemExit(f"real data file {DATA} is absent (set DKMSKS_DATA_DIR)")
     started = time.perf_counter()
     spec = WorkloadSpec(o_init=o_init, subscriptions=subscriptions, timestamps=timestamps, seed=seed)
     vocab = Vocabulary()
-    source = read_objects(DATA, vocab, limit=spec.objects_needed).objects
+    source = read_objects(dataset_path("place", must_exist=True), vocab, limit=spec.objects_needed).objects
     objects, events = generate_workload(source, spec)
     folder.mkdir(parents=True, exist_ok=True)
     write_objects(folder / "objects.tsv.gz", objects, vocab)
@@ -169,8 +72,9 @@ def make_workload(folder: Path, *, o_init: int, subscriptions: int, timestamps: 
 
 
 def use_database(spark, name: str) -> None:
-    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")  # bench-made names only
-    spark.sql(f"CREATE DATABASE {name}")
+    """A fresh database of this benchmark's own (its name is one of the ``bp_*`` below)."""
+    spark.sql("DROP DATABASE IF EXISTS IDENTIFIER(:name) CASCADE", args={"name": name})
+    spark.sql("CREATE DATABASE IDENTIFIER(:name)", args={"name": name})
     spark.catalog.setCurrentDatabase(name)
 
 
@@ -231,10 +135,8 @@ def compare(a, b) -> dict:
 
 # --------------------------------------------------------------------------------------- verify
 
-def verify_small(spark, workdir: Path, args, rec: Recorder) -> None:
+def verify_small(spark, workdir: Path, args, rec: ResultFile) -> None:
     """Naive from scratch == oracle == pipeline on a small workload (own database)."""
-    import naive_spark
-
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
     from dkmsks.io.formats import read_events, read_objects
@@ -276,7 +178,7 @@ def verify_small(spark, workdir: Path, args, rec: Recorder) -> None:
 # ------------------------------------------------------------------------------------------- main
 
 def run(args) -> dict:
-    from dkmsks.spark.session import build_session
+    from dkmsks.spark.session import build_session, stop_session_and_jvm
 
     workdir: Path = args.workdir
     if workdir.exists() and not args.keep:
@@ -291,9 +193,7 @@ def run(args) -> dict:
               "k_max": 10, "seed": args.seed, "master": args.master, "method": "dkm", "gamma1": 100_000,
               "gamma2": 20, "grid": 16384, "theta": 20, "quick": args.quick,
               "verify": [args.verify_o_init, args.verify_subscriptions, args.verify_timestamps]}
-    rec = Recorder(workdir / "results.json", params)
-    rec.data["machine"] = machine()
-    rec.data["date"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
+    rec = ResultFile(workdir / "results.json", params, spark=True)
     mem = PeakMemory().start()
     t_start = time.perf_counter()
 
@@ -350,8 +250,6 @@ def run(args) -> dict:
         # Naive Spark, seeded with the pipeline's state at c1, on timestamps c1+1 .. c1+naive.
         naive_steps = []
         if args.naive:
-            import naive_spark
-
             try:
                 started = time.perf_counter()
                 naive_spark.seed_from_state(spark)
@@ -368,15 +266,14 @@ def run(args) -> dict:
                 traceback.print_exc()
 
     finally:
-        stop_jvm(spark)
+        stop_session_and_jvm(spark)  # frees the embedded metastore for the follow subprocess
 
     # Follow mode: warm worker tasks, one timestamp per round, then a backlog in one round.
     lat: list[dict] = []
     try:
         out_json = workdir / "follow.json"
-        cmd = [sys.executable, str(REPO / "bench" / "bench_follow.py"), "--warehouse", str(workdir / "warehouse"),
-               "--database", "bp_main", "--timestamps", str(n_latency), "--backlog", str(args.warm_backlog),
-               "--json", str(out_json)]
+        cmd = [*DKM, "bench", "follow", "--warehouse", str(workdir / "warehouse"), "--database", "bp_main",
+               "--timestamps", str(n_latency), "--backlog", str(args.warm_backlog), "--json", str(out_json)]
         say("follow mode: " + " ".join(cmd[1:]))
         subprocess.run(cmd, check=True)
         f = json.loads(out_json.read_text())
@@ -396,8 +293,6 @@ def run(args) -> dict:
         spark.catalog.setCurrentDatabase("bp_main")  # (use_database would start it afresh)
         if naive_steps and lat:
             try:
-                import naive_spark
-
                 from dkmsks.spark.export import results_as_of
 
                 t_cmp = naive_steps[-1]["t"]
@@ -474,17 +369,26 @@ def fmt_phases(ph: dict, scale: float = 1.0, digits: int = 1) -> str:
     return ", ".join(f"{k} {v * scale:.{digits}f}" for k, v in ph.items())
 
 
+def read_results(path: Path) -> dict:
+    """A ``results.json`` of this benchmark. Those written before results carried their commit
+    (``docs/bench_pipeline_results.json``) give the memory as ``free -g`` output."""
+    data = json.loads(path.read_text())
+    m = data["machine"]
+    if "memory" not in m:
+        m["memory"] = next(ln.split()[1] for ln in m["free_g"].splitlines() if ln.startswith("Mem:")) + " GiB"
+    data.setdefault("commit", "not recorded")
+    return data
+
+
 def report(d: dict) -> str:
     p, s, m = d["params"], d["steps"], d["machine"]
     out = ["## Spark pipeline", ""]
-    out.append(f"Generated by `.venv/bin/python bench/bench_pipeline.py{' --quick' if p['quick'] else ''}` on {d['date']} "
+    out.append(f"Generated by `dkm bench pipeline{' --quick' if p['quick'] else ''}` at commit `{d['commit']}` on {d['date']} "
                f"(took {d['total_s'] / 60:.1f} min; peak RSS of the driver, JVM and Python workers together "
                f"{d['peak_rss_gib']:.1f} GiB).")
     out.append("")
-    mem_line = next((ln for ln in m["free_g"].splitlines() if ln.startswith("Mem:")), "")
-    out.append(f"Machine: {m['nproc']} cores (`nproc`), `free -g`: `{' '.join(mem_line.split())}`, {m['cpu']}; "
-               f"Spark master `{p['master']}`. Python {m['python']}, PySpark {m['pyspark']}, {m['delta']}, "
-               f"{m['java']}, numpy {m['numpy']}. The machine is shared with other work, so wall times carry some noise.")
+    out.append(f"Machine: {describe_machine(m)}; Spark master `{p['master']}`. The machine is shared with "
+               "other work, so wall times carry some noise.")
     out.append("")
     out.append(f"Parameters: real Place data, |O_init| = {p['o_init']:,}, |S| = {p['subscriptions']:,} (paper protocol, "
                f"DESIGN §5), per timestamp {p['objects_per_ts']:,} objects / {p['inserts_per_ts']} insertions / "
@@ -573,18 +477,8 @@ def report(d: dict) -> str:
     return "\n".join(out)
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this script's section of ``path`` (between the markers); keep everything else."""
-    block = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
-    new = pat.sub(lambda _: block, old, count=1) if pat.search(old) else old.rstrip("\n") + "\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dkm bench pipeline", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (20k objects, 2k subscriptions); docs only with --docs")
     ap.add_argument("--o-init", type=int, default=None, help="|O_init| (1,000,000; quick 20,000)")
     ap.add_argument("--subscriptions", type=int, default=None, help="|S| (1,000,000; quick 2,000)")
@@ -618,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir = Path("/tmp/bench_pipeline_quick" if q else "/tmp/bench_pipeline")
 
     if args.report_only:
-        data = json.loads(args.report_only.read_text())
+        data = read_results(args.report_only)
     else:
         data = run(args)
     if args.note:
@@ -628,10 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     docs = args.docs or (None if q else DOCS)
     if docs and not args.no_docs:
-        write_section(docs, text)
+        write_doc_section(docs, "pipeline", text)
         print(f"\nwrote the section to {docs}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
