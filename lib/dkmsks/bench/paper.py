@@ -12,9 +12,9 @@ new-subscription estimate (``new_cost``) fix the engine; ``T`` is how many times
 
 Every finished point is appended to ``results-<dataset>.jsonl`` as one JSON line (per-timestamp
 metrics and work counters, the commit, the machine and the date), so an interrupted run keeps
-what it measured and a rerun skips the points already there. Points sharing a workload share its generation, the exact kNN within ``O_init``
-and the statistics; points sharing ``(method, m)`` share the partition plan (it does not
-depend on ``new_cost``).
+what it measured and a rerun skips the points already there. Points sharing a workload share
+its generation, the exact kNN within ``O_init`` and the statistics; points sharing
+``(method, m)`` share the partition plan (it does not depend on ``new_cost``).
 
 Times are wall-clock on this machine (``time.perf_counter``); the work counters (pairs tested
 per worker, pairs inside the ball) are deterministic (DESIGN §3 fact 4).
@@ -114,7 +114,7 @@ class PaperConfig:
 
     @classmethod
     def quick_config(cls) -> PaperConfig:
-        """Small sizes: the whole protocol in about a minute (used by the test)."""
+        """Small sizes: the whole protocol on a small workload (the test uses it)."""
         return cls(o_init=20_000, subs=20_000, m=5, t_series=10, t_sweep=3, ms=(2, 5),
                    subs_values=(10_000, 20_000), k_values=(5, 10), grid=1024, quick=True)
 

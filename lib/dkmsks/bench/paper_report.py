@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 from dkmsks.bench.common import DATASET_NAMES, describe_machine, load_average, machine, utc_now
-from dkmsks.bench.paper import PaperConfig, Store
+from dkmsks.bench.paper import FIGURES, PaperConfig, Store
 from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep
 from dkmsks.bench.paper_results import GROWS_ABOVE, NAMES, SWEEPS, TREND_WINDOW, Results, label, short, summarize_spark
 from dkmsks.bench.prose import Prose
@@ -464,28 +464,22 @@ def _small_subs(res: Results) -> str:
 # --------------------------------------------------------------------------- not measured
 def _missing(res: Results) -> str:
     cfg = res.cfg
-    lines = []
-    for rec in res.store.records.values():
-        if rec.get("status") != "ok":
-            p = rec["point"]
-            what = (f"{'Spark ' if p.get('kind') == 'spark' else ''}{DATASET_NAMES.get(p['dataset'], p['dataset'])} "
-                    f"{NAMES.get(p['method'], p['method'])} ({p.get('new_cost', 'live')}) |S| = {p['subs']:,}, "
-                    f"m = {p['m']}, k_max = {p['k_max']}, T = {p['T']}"
-                    + (f", run {p['run'] + 1} of {cfg.runs}" if cfg.runs > 1 and "run" in p else ""))
-            lines.append(prose("missing.failed", what=what, error=rec.get("error", "failed")))
+
+    def describe(p: dict[str, Any]) -> str:
+        return (f"{'Spark ' if p.get('kind') == 'spark' else ''}{DATASET_NAMES.get(p['dataset'], p['dataset'])} "
+                f"{label(p['method'], p.get('new_cost', 'live'))} (|S| = {p['subs']:,}, m = {p['m']}, "
+                f"k_max = {p['k_max']}, T = {p['T']}"
+                + (f", run {p['run'] + 1} of {cfg.runs}" if cfg.runs > 1 and "run" in p else "") + ")")
+
+    lines = [prose("missing.failed", what=describe(rec["point"]), error=rec.get("error", "failed"))
+             for rec in res.store.records.values() if rec.get("status") != "ok"]
     ten_m = _ten_m_not_planned(res)
     if ten_m:
         lines.append(ten_m)
-    full = replace(cfg, figures=("tables", "fig7", "fig8", "fig9", "fig10"))
-    missing = [p for p in full.plan() if p.key() not in res.store.records]
-    missing += [p for p in res.spark_planned if p.key() not in res.store.records]
+    full = replace(cfg, figures=FIGURES)
+    missing = [p for p in [*full.plan(), *res.spark_planned] if p.key() not in res.store.records]
     if missing:
-        names = [f"{'Spark ' if getattr(p, 'kind', '') == 'spark' else ''}"
-                 f"{DATASET_NAMES.get(p.dataset, p.dataset)} {label(p.method, p.new_cost)} "
-                 f"(|S| = {p.subs:,}, m = {p.m}, k_max = {p.k_max}, T = {p.T}"
-                 + (f", run {p.run + 1} of {cfg.runs}" if cfg.runs > 1 and hasattr(p, "run") else "")
-                 + ")" for p in missing]
-        lines.append(prose("missing.planned", n=len(missing), points="; ".join(names)))
+        lines.append(prose("missing.planned", n=len(missing), points="; ".join(describe(asdict(p)) for p in missing)))
     body = "\n".join(dict.fromkeys(lines)) if lines else prose("missing.none")
     return prose("missing") + "\n\n" + body
 

@@ -32,18 +32,19 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from dkmsks.bench import naive_spark
-from dkmsks.bench.common import DKM, REPO, PeakMemory, ResultFile, dataset_path, describe_machine, say, \
-    write_doc_section
+from dkmsks.bench.common import DKM, REPO, PeakMemory, ResultFile, dataset_path, describe_machine, load_average, \
+    say, write_doc_section
+from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
 
 DOCS = REPO / "docs" / "benchmarks.md"
+prose = Prose.load("pipeline")
 
 # Issue 4 targets.
 TARGET_PARTITION_S = 300.0
@@ -194,6 +195,7 @@ def run(args) -> dict:
               "gamma2": 20, "grid": 16384, "theta": 20, "quick": args.quick,
               "verify": [args.verify_o_init, args.verify_subscriptions, args.verify_timestamps]}
     rec = ResultFile(workdir / "results.json", params, spark=True)
+    load_start = load_average()
     mem = PeakMemory().start()
     t_start = time.perf_counter()
 
@@ -307,66 +309,74 @@ def run(args) -> dict:
         spark.stop()
         rec.data["peak_rss_gib"] = mem.stop() / 2**30
         rec.data["total_s"] = time.perf_counter() - t_start
+        rec.data["load_avg"] = [load_start, load_average()]
         rec.save()
     return rec.data
 
 
 # ----------------------------------------------------------------------------------------- report
 
-def targets(d: dict) -> list[tuple[str, str, str]]:
-    s = d["steps"]
-    rows = []
-    if "partition" in s:
-        p = s["partition"]
-        ph = p["phases_ms"]
-        top = max(ph, key=ph.get)
-        ok = p["seconds"] <= TARGET_PARTITION_S
-        rows.append(("partition job ≤ 5 min", "met" if ok else "not met",
-                     f"{p['seconds']:.1f} s (" + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in ph.items()) + ")"
-                     + ("" if ok else f"; {p['seconds'] / TARGET_PARTITION_S:.1f}× the target, dominated by {top}")))
-    else:
-        rows.append(("partition job ≤ 5 min", "not measured", d["errors"].get("partition", "")))
-    if "follow" in s:
-        f = s["follow"]
-        ok = f["median_s"] <= TARGET_FOLLOW_S
-        ph = f["median_phases_s"]
-        top = max(ph, key=ph.get)
-        rows.append(("follow mode ≤ 2 s per timestamp (median)", "met" if ok else "not met",
-                     f"{f['median_s']:.2f} s over {len(f['runs'])} rounds of one timestamp, warm workers (" +
-                     ", ".join(f"{k} {v:.2f}" for k, v in ph.items()) + ")" +
-                     ("" if ok else f"; {f['median_s'] / TARGET_FOLLOW_S:.1f}× the target, dominated by {top} ({ph[top]:.2f} s)")))
-    else:
-        rows.append(("follow mode ≤ 2 s per timestamp (median)", "not measured", d["errors"].get("follow", "")))
-    if "catchup_all" in s:
-        c = s["catchup_all"]
-        ok = c["objects_per_s"] >= TARGET_CATCHUP_OPS
-        ph = c["phases_s"]
-        top = max(ph, key=ph.get)
-        rows.append(("catch-up ≥ 10,000 objects/s", "met" if ok else "not met",
-                     f"{c['objects_per_s']:,.0f} objects/s ({c['objects']:,} objects, {c['timestamps']} timestamps in one run, {c['seconds']:.1f} s)"
-                     + ("" if ok else f"; {TARGET_CATCHUP_OPS / c['objects_per_s']:.1f}× too slow, dominated by {top} ({ph[top]:.1f} s)")))
-    else:
-        rows.append(("catch-up ≥ 10,000 objects/s", "not measured", d["errors"].get("catchup_all", "")))
-    if "warm_catchup" in s:
-        w = s["warm_catchup"]
-        ok = w["objects_per_s"] >= TARGET_CATCHUP_OPS
-        rows.append(("catch-up ≥ 10,000 objects/s, warm (a follow session finds a backlog)", "met" if ok else "not met",
-                     f"{w['objects_per_s']:,.0f} objects/s ({w['objects']:,} objects, {w['timestamps']} timestamps in one round, "
-                     f"{w['seconds']:.1f} s: {fmt_phases(w['phases_s'])})"))
-    if "naive" in s and s["naive"]["steps"] and "follow" in s:
-        nv = median([x["seconds"] for x in s["naive"]["steps"]])
-        ratio = nv / s["follow"]["median_s"]
-        ok = ratio >= TARGET_NAIVE_RATIO
-        rows.append(("≥ 20× faster per timestamp than naive Spark", "met" if ok else "not met",
-                     f"{ratio:.1f}× (naive {nv:.1f} s vs follow mode {s['follow']['median_s']:.2f} s per timestamp, medians)"
-                     + ("" if ok else f"; needs the pipeline at ≤ {nv / TARGET_NAIVE_RATIO:.2f} s per timestamp")))
-    else:
-        rows.append(("≥ 20× faster per timestamp than naive Spark", "not measured", d["errors"].get("naive", "")))
-    return rows
-
-
 def fmt_phases(ph: dict, scale: float = 1.0, digits: int = 1) -> str:
     return ", ".join(f"{k} {v * scale:.{digits}f}" for k, v in ph.items())
+
+
+def _top(phases: dict) -> str:
+    return max(phases, key=phases.get)
+
+
+def _status(ok: bool) -> str:
+    return prose("status.met" if ok else "status.not_met")
+
+
+def targets(d: dict) -> list[str]:
+    """The issue's targets, one table row each: met, not met (and by how much), or not measured."""
+    s, errors = d["steps"], d["errors"]
+    names = {"partition": prose("target.name.partition", limit=f"{TARGET_PARTITION_S / 60:g} min"),
+             "follow": prose("target.name.follow", limit=f"{TARGET_FOLLOW_S:g} s"),
+             "catchup_all": prose("target.name.catchup", limit=f"{TARGET_CATCHUP_OPS:,.0f}"),
+             "naive": prose("target.name.naive", limit=f"{TARGET_NAIVE_RATIO:g}")}
+    rows = {key: prose("target.not_measured", target=name, error=errors.get(key, "")) for key, name in names.items()}
+    if "partition" in s:
+        p = s["partition"]
+        ok = p["seconds"] <= TARGET_PARTITION_S
+        rows["partition"] = prose(
+            "target.partition", target=names["partition"], status=_status(ok), seconds=f"{p['seconds']:.1f}",
+            phases=fmt_phases(p["phases_ms"], 1e-3), miss="" if ok else prose(
+                "target.partition.miss", times=f"{p['seconds'] / TARGET_PARTITION_S:.1f}", top=_top(p["phases_ms"])))
+    if "follow" in s:
+        f = s["follow"]
+        ok, ph = f["median_s"] <= TARGET_FOLLOW_S, f["median_phases_s"]
+        rows["follow"] = prose(
+            "target.follow", target=names["follow"], status=_status(ok), median=f"{f['median_s']:.2f}",
+            rounds=len(f["runs"]), phases=fmt_phases(ph, 1, 2), miss="" if ok else prose(
+                "target.follow.miss", times=f"{f['median_s'] / TARGET_FOLLOW_S:.1f}", top=_top(ph),
+                top_s=f"{ph[_top(ph)]:.2f}"))
+    if "catchup_all" in s:
+        c = s["catchup_all"]
+        ok, ph = c["objects_per_s"] >= TARGET_CATCHUP_OPS, c["phases_s"]
+        rows["catchup_all"] = prose(
+            "target.catchup", target=names["catchup_all"], status=_status(ok),
+            objects_per_s=f"{c['objects_per_s']:,.0f}", objects=f"{c['objects']:,}", timestamps=c["timestamps"],
+            seconds=f"{c['seconds']:.1f}", miss="" if ok else prose(
+                "target.catchup.miss", times=f"{TARGET_CATCHUP_OPS / c['objects_per_s']:.1f}", top=_top(ph),
+                top_s=f"{ph[_top(ph)]:.1f}"))
+    if "warm_catchup" in s:
+        w = s["warm_catchup"]
+        rows["warm_catchup"] = prose(
+            "target.warm_catchup", limit=f"{TARGET_CATCHUP_OPS:,.0f}",
+            status=_status(w["objects_per_s"] >= TARGET_CATCHUP_OPS), objects_per_s=f"{w['objects_per_s']:,.0f}",
+            objects=f"{w['objects']:,}", timestamps=w["timestamps"], seconds=f"{w['seconds']:.1f}",
+            phases=fmt_phases(w["phases_s"]))
+    if "naive" in s and s["naive"]["steps"] and "follow" in s:
+        nv = median([x["seconds"] for x in s["naive"]["steps"]])
+        r = nv / s["follow"]["median_s"]
+        ok = r >= TARGET_NAIVE_RATIO
+        rows["naive"] = prose(
+            "target.naive", target=names["naive"], status=_status(ok), ratio=f"{r:.1f}", naive=f"{nv:.1f}",
+            follow=f"{s['follow']['median_s']:.2f}", miss="" if ok else prose(
+                "target.naive.miss", needed=f"{nv / TARGET_NAIVE_RATIO:.2f}"))
+    order = ("partition", "follow", "catchup_all", "warm_catchup", "naive")
+    return [rows[key] for key in order if key in rows]
 
 
 def read_results(path: Path) -> dict:
@@ -382,99 +392,83 @@ def read_results(path: Path) -> dict:
 
 def report(d: dict) -> str:
     p, s, m = d["params"], d["steps"], d["machine"]
-    out = ["## Spark pipeline", ""]
-    out.append(f"Generated by `dkm bench pipeline{' --quick' if p['quick'] else ''}` at commit `{d['commit']}` on {d['date']} "
-               f"(took {d['total_s'] / 60:.1f} min; peak RSS of the driver, JVM and Python workers together "
-               f"{d['peak_rss_gib']:.1f} GiB).")
-    out.append("")
-    out.append(f"Machine: {describe_machine(m)}; Spark master `{p['master']}`. The machine is shared with "
-               "other work, so wall times carry some noise.")
-    out.append("")
-    out.append(f"Parameters: real Place data, |O_init| = {p['o_init']:,}, |S| = {p['subscriptions']:,} (paper protocol, "
-               f"DESIGN §5), per timestamp {p['objects_per_ts']:,} objects / {p['inserts_per_ts']} insertions / "
-               f"{p['deletes_per_ts']} deletions, k_max = {p['k_max']}, seed {p['seed']}; DkM-SKS with m = {p['workers']}, "
-               f"γ1 = {p['gamma1']:,}, γ2 = {p['gamma2']}, grid {p['grid']:,}. {p['timestamps']} timestamps: "
-               f"1..{p['catchup']} in one run, {p['catchup'] + 1}..{p['catchup'] + p['chunked']} in runs of "
-               f"{p['per_run']}, then {p['latency']} follow-mode rounds of one timestamp (naive Spark on the first {p['naive']} of those), "
-               f"then one follow round over {p.get('warm_backlog', 0)} timestamps.")
-    out.append("")
-    for note in d.get("notes", []):
-        out += [note, ""]
-    out.append("### Results")
-    out.append("")
-    out.append("| step | measured | phases (s) |")
-    out.append("|---|---:|---|")
+    out = [prose("head", command="dkm bench pipeline" + (" --quick" if p["quick"] else ""), commit=d["commit"],
+                 date=d["date"], minutes=f"{d['total_s'] / 60:.1f}", peak_gib=f"{d['peak_rss_gib']:.1f}")]
+    machine_text = prose("machine", machine=describe_machine(m), master=p["master"])
+    if "load_avg" in d:
+        machine_text += " " + prose("machine.load", load_start=f"{d['load_avg'][0]:.1f}",
+                                    load_end=f"{d['load_avg'][1]:.1f}", cores=m["nproc"])
+    out.append(machine_text)
+    out.append(prose("parameters", o_init=f"{p['o_init']:,}", subs=f"{p['subscriptions']:,}",
+                     objects_per_ts=f"{p['objects_per_ts']:,}", inserts_per_ts=p["inserts_per_ts"],
+                     deletes_per_ts=p["deletes_per_ts"], k_max=p["k_max"], seed=p["seed"], m=p["workers"],
+                     gamma1=f"{p['gamma1']:,}", gamma2=p["gamma2"], grid=f"{p['grid']:,}", T=p["timestamps"],
+                     catchup=p["catchup"], chunked_from=p["catchup"] + 1, chunked_to=p["catchup"] + p["chunked"],
+                     per_run=p["per_run"], latency=p["latency"], naive=p["naive"],
+                     warm_backlog=p.get("warm_backlog", 0)))
+    out += d.get("notes", [])
+    rows = [prose("results")]
     if "generate" in s:
-        out.append(f"| generate workload files (not part of any target) | {s['generate']['seconds']:.1f} s | – |")
+        rows.append(prose("row.generate", seconds=f"{s['generate']['seconds']:.1f}"))
     if "ingest" in s:
         i = s["ingest"]
-        out.append(f"| ingest files → Delta landing tables | {i['objects']['seconds'] + i['events']['seconds']:.1f} s | "
-                   f"objects {i['objects']['seconds']:.1f} ({i['objects']['rows']:,} rows), events {i['events']['seconds']:.1f} ({i['events']['rows']:,} rows) |")
+        rows.append(prose("row.ingest", seconds=f"{i['objects']['seconds'] + i['events']['seconds']:.1f}",
+                          objects_s=f"{i['objects']['seconds']:.1f}", objects=f"{i['objects']['rows']:,}",
+                          events_s=f"{i['events']['seconds']:.1f}", events=f"{i['events']['rows']:,}"))
     if "partition" in s:
-        out.append(f"| partition job (O_init read + stats, initial kNN in Spark tasks, plan, state write) | {s['partition']['seconds']:.1f} s | "
-                   f"{fmt_phases(s['partition']['phases_ms'], 1e-3)} ({s['partition']['subsets']:,} subsets) |")
-    for key, label in (("catchup_all", "catch-up, all pending in one run"),
-                       ("catchup_chunked", f"catch-up, {p['per_run']} timestamps per run")):
+        rows.append(prose("row.partition", seconds=f"{s['partition']['seconds']:.1f}",
+                          phases=fmt_phases(s["partition"]["phases_ms"], 1e-3), subsets=f"{s['partition']['subsets']:,}"))
+    for key, block in (("catchup_all", "row.catchup_all"), ("catchup_chunked", "row.catchup_chunked")):
         if key in s:
             c = s[key]
-            out.append(f"| {label}: {c['timestamps']} timestamps, {c['runs']} run(s) | **{c['objects_per_s']:,.0f} objects/s** "
-                       f"({c['seconds']:.1f} s, {c['per_timestamp_s']:.2f} s per timestamp) | {fmt_phases(c['phases_s'])} (sums over runs) |")
+            rows.append(prose(block, per_run=p["per_run"], timestamps=c["timestamps"], runs=c["runs"],
+                              objects_per_s=f"{c['objects_per_s']:,.0f}", seconds=f"{c['seconds']:.1f}",
+                              per_timestamp=f"{c['per_timestamp_s']:.2f}", phases=fmt_phases(c["phases_s"])))
     if "follow" in s:
         f = s["follow"]
-        out.append(f"| follow mode (`{f.get('master', '')}`, warm worker tasks; start-up {f.get('startup_s', 0):.1f} s), median of {len(f['runs'])} rounds of one timestamp | "
-                   f"**{f['median_s']:.2f} s** per timestamp (min {min(r['seconds'] for r in f['runs']):.2f}, max {f['max_s']:.2f}; "
-                   f"{1000 / f['median_s']:,.0f} objects/s) | "
-                   f"{fmt_phases(f['median_phases_s'], 1, 2)} (medians) |")
+        rows.append(prose("row.follow", master=f.get("master", ""), startup=f"{f.get('startup_s', 0):.1f}",
+                          rounds=len(f["runs"]), median=f"{f['median_s']:.2f}",
+                          min=f"{min(r['seconds'] for r in f['runs']):.2f}", max=f"{f['max_s']:.2f}",
+                          objects_per_s=f"{p['objects_per_ts'] / f['median_s']:,.0f}",
+                          phases=fmt_phases(f["median_phases_s"], 1, 2)))
     if "warm_catchup" in s:
         w = s["warm_catchup"]
-        out.append(f"| warm catch-up: one follow round over {w['timestamps']} pending timestamps | **{w['objects_per_s']:,.0f} objects/s** "
-                   f"({w['seconds']:.1f} s) | {fmt_phases(w['phases_s'])} |")
+        rows.append(prose("row.warm_catchup", timestamps=w["timestamps"], objects_per_s=f"{w['objects_per_s']:,.0f}",
+                          seconds=f"{w['seconds']:.1f}", phases=fmt_phases(w["phases_s"])))
     if "naive" in s and s["naive"]["steps"]:
         st = s["naive"]["steps"]
-        phases = sorted({k for x in st for k in x["phases_ms"]})
-        out.append(f"| naive Spark (keyword join + window top-k + MERGE), median of {len(st)} timestamps | "
-                   f"**{median([x['seconds'] for x in st]):.1f} s** per timestamp (min {min(x['seconds'] for x in st):.1f}) | "
-                   + ", ".join(f"{k} {median([x['phases_ms'][k] / 1e3 for x in st]):.1f}" for k in phases)
-                   + f" (medians); {median([x['pairs'] for x in st]):,.0f} candidate pairs per timestamp |")
-    out.append("")
+        rows.append(prose("row.naive", steps=len(st), median=f"{median([x['seconds'] for x in st]):.1f}",
+                          min=f"{min(x['seconds'] for x in st):.1f}",
+                          phases=", ".join(f"{k} {median([x['phases_ms'][k] / 1e3 for x in st]):.1f}"
+                                           for k in sorted({k for x in st for k in x["phases_ms"]})),
+                          pairs=f"{median([x['pairs'] for x in st]):,.0f}"))
+    out.append("\n".join(rows))
     if "follow" in s and "naive" in s and s["naive"]["steps"]:
         nv = median([x["seconds"] for x in s["naive"]["steps"]])
-        out.append("Ratios (same run, same data):")
-        out.append("")
-        out.append(f"- naive per timestamp / follow mode per timestamp: **{nv / s['follow']['median_s']:.1f}×**")
-        for key, label in (("catchup_all", "catch-up in one run"), ("catchup_chunked", f"catch-up in runs of {p['per_run']}")):
-            if key in s:
-                out.append(f"- naive per timestamp / pipeline per timestamp in {label}: **{nv / s[key]['per_timestamp_s']:.0f}×**")
-        out.append("")
+        lines = [prose("ratios", follow=f"{nv / s['follow']['median_s']:.1f}")]
+        lines += [prose(block, per_run=p["per_run"], ratio=f"{nv / s[key]['per_timestamp_s']:.0f}")
+                  for key, block in (("catchup_all", "ratio.catchup_all"), ("catchup_chunked", "ratio.catchup_chunked"))
+                  if key in s]
+        out.append("\n".join(lines))
     checks = []
     if "verify" in s:
         v = s["verify"]
-        checks.append(f"- Small workload ({v['o_init']:,} objects, {v['subscriptions']:,} subscriptions, "
-                      f"t = 1..{v['timestamps']}), naive computed from scratch (initial phase included): naive = oracle "
-                      f"**{v['naive_vs_oracle']['equal']}**, pipeline = oracle **{v['pipeline_vs_oracle']['equal']}**, "
-                      f"naive = pipeline **{v['naive_vs_pipeline']['equal']}** ({v['naive_vs_oracle']['subscriptions']:,} "
-                      f"subscriptions, {v['naive_vs_oracle']['result_rows']:,} result rows).")
+        checks.append(prose("check.small", o_init=f"{v['o_init']:,}", subs=f"{v['subscriptions']:,}", T=v["timestamps"],
+                            naive_oracle=v["naive_vs_oracle"]["equal"], pipeline_oracle=v["pipeline_vs_oracle"]["equal"],
+                            naive_pipeline=v["naive_vs_pipeline"]["equal"],
+                            checked=f"{v['naive_vs_oracle']['subscriptions']:,}",
+                            rows=f"{v['naive_vs_oracle']['result_rows']:,}"))
     if "naive_vs_pipeline_full" in s:
         c = s["naive_vs_pipeline_full"]
-        checks.append(f"- Benchmark workload at t = {c['t']} (naive seeded with the pipeline's state {p['naive']} "
-                      f"timestamps earlier): naive = pipeline **{c['equal']}** ({c['subscriptions']:,} subscriptions, "
-                      f"{c['result_rows']:,} result rows).")
+        checks.append(prose("check.full", t=c["t"], naive=p["naive"], equal=c["equal"],
+                            checked=f"{c['subscriptions']:,}", rows=f"{c['result_rows']:,}"))
     if checks:
-        out += ["Apples to apples (byte-identical results, ids and squared distances):", "", *checks, ""]
-    out.append("### Issue targets")
-    out.append("")
-    out.append("| target | status | measured |")
-    out.append("|---|---|---|")
-    for name, status, text in targets(d):
-        out.append(f"| {name} | {status} | {text} |")
-    out.append("")
+        out.append(prose("checks") + "\n\n" + "\n".join(checks))
+    out.append("\n".join([prose("targets"), *targets(d)]))
     if d["errors"]:
-        out.append("Failures during the run:")
-        out.append("")
-        for k, v in d["errors"].items():
-            out.append(f"- {k}: `{v.splitlines()[-1][:300]}`")
-        out.append("")
-    return "\n".join(out)
+        out.append(prose("failures") + "\n\n" + "\n".join(
+            prose("failure", step=k, error=v.splitlines()[-1][:300]) for k, v in d["errors"].items()))
+    return "\n\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
