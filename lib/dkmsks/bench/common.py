@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -251,8 +252,6 @@ def run_command(cmd: Sequence[str], log: Path, *, timeout: float | None = None,
                 sample_memory: bool = False) -> CommandRun:
     """Run ``cmd`` in its own process group, its stderr and then its stdout appended to
     ``log``; a timeout kills the whole group (a JVM included)."""
-    import signal
-
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(env if env is not None else os.environ, PYTHONUNBUFFERED="1")
     started = time.perf_counter()

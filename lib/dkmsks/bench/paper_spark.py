@@ -20,18 +20,9 @@ from typing import Any
 from dkmsks.bench.common import DKM, REPO, dataset_path, load_average, run_command
 from dkmsks.bench.paper import Store, point_record
 from dkmsks.spark.session import DEFAULT_MASTER
+from dkmsks.spark.sql_files import statement
 
 METHODS = ("kop", "sop", "dkm")
-
-#: Per timestamp, over workers: the paper's metrics from ``worker_metrics`` (one JSON per row).
-_METRICS_SQL = (
-    "SELECT to_json(named_struct('t', t, 'knn_max', max(knn_ms), 'knn_min', min(knn_ms), "
-    "'insert', max(insert_ms), 'delete', max(delete_ms), 'work', sum(pairs_tested), "
-    "'work_max', max(pairs_tested), 'work_min', min(pairs_tested), 'workers', count(*), "
-    "'min_work', sum(pairs_in_ball))) AS j FROM worker_metrics GROUP BY t "
-    "UNION ALL SELECT to_json(named_struct('job', job, 'phase', phase, 'ms', sum(ms))) AS j "
-    "FROM run_metrics GROUP BY job, phase"
-)
 
 
 @dataclass(frozen=True)
@@ -131,7 +122,8 @@ def measure_spark_point(cfg: SparkConfig, p: SparkPoint, out: Path) -> dict[str,
         "--method", p.method, "--workers", str(p.m), "--warehouse", str(wh), "--master", cfg.master], log)
     if rc != 0:
         return point_record(p, "failed", code=code, error=f"dkm run exit {rc} (see {log}): {text[-300:]}")
-    rc, _, text = cfg.run(["sql", "--warehouse", str(wh), "--limit", "1000000", _METRICS_SQL], log)
+    rc, _, text = cfg.run(["sql", "--warehouse", str(wh), "--limit", "1000000",
+                           statement("bench/spark_point_metrics.sql")], log)
     rows = parse_sql_json(text) if rc == 0 else []
     per_t = sorted((r for r in rows if "t" in r), key=lambda r: r["t"])
     if rc != 0 or not per_t:
