@@ -44,7 +44,7 @@ def step(cmd: list[str], log: Path, *, sample_memory: bool = False) -> dict:
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} exited {run.returncode} after {run.seconds:.1f} s:\n"
                          f"{log.read_text()[-4000:]}")
-    return {"cmd": " ".join(cmd[1:4]), "rc": run.returncode, "seconds": round(run.seconds, 1),
+    return {"cmd": " ".join(cmd), "rc": run.returncode, "seconds": round(run.seconds, 1),
             "peak_rss_mb": round(run.peak_rss_mib) if run.peak_rss_mib is not None else None}
 
 
@@ -153,10 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"| {a.o_init:,} | {a.subscriptions:,} | {a.timestamps:,} | {a.workers} | {mb['seconds']:.0f} s | "
           f"{mb['peak_rss_mb']:,} MiB | {m['ledger']['distinct']:,} distinct of {m['ledger']['rows']:,} rows | "
           f"{results.data.get('export_equals_oracle', 'not checked')} |")
-    p = m["previous_100"] or {}
+    p = m["previous_100"] or {}  # none on a run shorter than 200 timestamps
     print("\n| per timestamp | first 100 | the 100 before the last | last 100 |\n|---|---|---|---|")
     for key in ("worker_ms_median", "worker_ms_mean", "knn_ms_median", "pairs_tested_mean", "pairs_in_ball_mean",
                 "work_max_over_mean", "live_subscriptions_mean"):
-        print(f"| {key} | {f[key]:,} | {p.get(key, '-'):,} | {l[key]:,} |")
+        print(f"| {key} | {f[key]:,} | {format(p[key], ',') if key in p else '–'} | {l[key]:,} |")
     print(f"\nrun phases: {m['run_phases_ms']}\nraw: {results.path}")
     return 0 if results.data.get("export_equals_oracle", True) else 1
