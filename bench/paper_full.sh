@@ -8,7 +8,10 @@
 #   b: Figure 7 (100 timestamps, |S| = 100k) on both data sets, then the sweeps (Figures 8-10;
 #      a point step a already measured is skipped)
 #   c: the Spark pipeline points (default setting and the m sweep), from a snapshot of HEAD
-#   d: only Figure 9 on Place at |S| = 10M, then 2.5M and 5M (the paper's range; peak ~10 GiB)
+#      (git archive; its commit in COMMIT, which the points record), so that edits in the
+#      working tree cannot change the code under measurement mid-run
+#   d: only Figure 9 on Place at |S| = 10M, then 2.5M and 5M (the paper's range; a size that does
+#      not fit in the available memory is recorded as failed, with the estimate)
 #   report: plots and docs/paper-reproduction.md from what was measured
 set -euo pipefail
 cd "$(dirname "$0")/.."

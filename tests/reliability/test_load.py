@@ -1,7 +1,7 @@
 """Load, scaled down: a backlog of 1,000 timestamps processed in ONE micro-batch run.
 
-The heavy version is ``bench/bench_backlog.py`` at the paper's rates (docs/reliability.md);
-this test runs the same script on 1,000 timestamps of 20 objects, 2 insertions and 2
+The heavy version is ``dkm bench backlog`` at the paper's rates (docs/reliability.md);
+this test runs the same benchmark on 1,000 timestamps of 20 objects, 2 insertions and 2
 deletions each, and checks that the run ends well, that every timestamp is in the ledger
 exactly once, that the last timestamp equals the oracle, and that the per-timestamp work
 (pairs tested: noise-free, DESIGN §3 fact 4) is steady at the end of the run: the last 100
@@ -32,7 +32,7 @@ T = 1000
 
 def test_a_backlog_of_1000_timestamps_in_one_run(tmp_path):
     require_real_data()
-    rec = h.run([h.PYTHON, str(h.REPO / "bench" / "bench_backlog.py"), "--o-init", "2000", "--subscriptions", "200",
+    rec = h.run([h.PYTHON, "-m", "dkmsks.cli", "bench", "backlog", "--o-init", "2000", "--subscriptions", "200",
                  "--timestamps", str(T), "--objects-per-ts", "20", "--inserts-per-ts", "2", "--deletes-per-ts", "2",
                  "--k-max", "5", "--workers", "3", "--partition-args", "--gamma1 40 --theta 4 --grid 256",
                  "--verify", "yes", "--workdir", str(tmp_path)], None, timeout=1800)

@@ -1,4 +1,4 @@
-"""The naive Spark baseline of bench/bench_pipeline.py computes exactly the oracle's results.
+"""The naive Spark baseline of ``dkm bench pipeline`` computes exactly the oracle's results.
 
 The benchmark compares the pipeline with this baseline; the comparison is fair only if both
 compute the same thing (DESIGN §1), so the baseline is checked here at every timestamp.
@@ -6,12 +6,10 @@ compute the same thing (DESIGN §1), so the baseline is checked here at every ti
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from conftest import real_objects
+from dkmsks.bench import naive_spark
 from dkmsks.core.model import Vocabulary, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
@@ -19,15 +17,11 @@ from dkmsks.io.formats import read_events, read_objects, write_events, write_obj
 
 pytestmark = pytest.mark.spark
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
 SPEC = WorkloadSpec(o_init=3000, subscriptions=300, timestamps=2, objects_per_ts=200,
                     inserts_per_ts=30, deletes_per_ts=30, k_max=6, seed=5)
 
 
 def test_naive_spark_equals_the_oracle_at_every_timestamp(spark, fresh_db, tmp_path):
-    import naive_spark
-
     from dkmsks.spark.ingest import ingest_events, ingest_objects
 
     source, vocab = real_objects(SPEC.objects_needed)

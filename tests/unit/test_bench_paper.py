@@ -1,4 +1,4 @@
-"""``dkm bench paper --quick`` end to end on both real data sets (about a minute): every planned
+"""``dkm bench paper --quick`` end to end on both real data sets: every planned
 point is measured and stored, the plots and the report are written, the work counters obey the
 invariants every index must obey, and a rerun measures nothing (resume)."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dkmsks.bench.paper import PaperConfig, Store
-from dkmsks.bench.paper_report import Results, merge_runs
+from dkmsks.bench.paper_results import Results, merge_runs
 
 pytestmark = pytest.mark.unit
 
@@ -74,5 +74,5 @@ def test_a_point_summary_uses_every_run_and_the_series_twins(tmp_path: Path) -> 
     assert summary["runs"] == 2  # run 2 was not measured: the two that were
     assert summary["update"] == pytest.approx(1e3 * (0.005 + 0.0015 + 0.006) / 3)
     assert res.point(cfg.sweep_point("fig8", "place", 2, "kop", "live")) == (None, "not measured")
-    [series] = res.series("place", "sop", "live")
+    series = res.series("place", "sop", "live")
     assert series["runs"] == 3 and series["ts"]["update"] == [0.020] * 6

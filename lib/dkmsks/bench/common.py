@@ -1,17 +1,29 @@
-"""Pieces every benchmark shares: real data loading, the machine description, medians.
+"""What every benchmark shares: the real data, the machine and the commit a result came from,
+result files, commands run in a subprocess, and the generated sections of the docs.
 
-Benchmarks may read files and clocks (unlike :mod:`dkmsks.core`); they measure the core.
+Benchmarks may read files, clocks and the environment (unlike :mod:`dkmsks.core`); they
+measure the core and the pipeline. Every result a benchmark saves carries
+:func:`provenance`: the commit of the code under measurement, the machine and the date.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import json
 import os
 import platform
-import statistics
+import re
+import signal
 import subprocess
-from collections.abc import Iterable
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +32,11 @@ from dkmsks.core.model import KeywordSets, Objects, Vocabulary
 #: ``lib/dkmsks/bench`` -> repository root.
 REPO = Path(__file__).resolve().parents[3]
 
+#: ``dkm`` in a subprocess, from the same interpreter and ``PYTHONPATH`` as this process.
+DKM = (sys.executable, "-m", "dkmsks.cli")
 
+
+# --------------------------------------------------------------------------- real data
 def data_dir() -> Path:
     """Root of the real data (``$DKMSKS_DATA_DIR`` or ``../shared/data`` beside the repo)."""
     return Path(os.environ.get("DKMSKS_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -34,12 +50,14 @@ DATASETS = {
 DATASET_NAMES = {"place": "Place", "twitter": "Twitter stand-in"}
 
 
-def dataset_path(name: str) -> Path:
+def dataset_path(name: str, *, must_exist: bool = False) -> Path:
     try:
-        rel = DATASETS[name]
+        path = data_dir() / DATASETS[name]
     except KeyError:
         raise ValueError(f"unknown data set {name!r}; choose one of {', '.join(DATASETS)}") from None
-    return data_dir() / rel
+    if must_exist and not path.exists():
+        raise FileNotFoundError(f"real data file {path} is absent (set DKMSKS_DATA_DIR)")
+    return path
 
 
 def load_objects(path: Path, n: int) -> tuple[Objects, Vocabulary]:
@@ -57,18 +75,19 @@ def load_objects(path: Path, n: int) -> tuple[Objects, Vocabulary]:
     return objects, vocab
 
 
-def med(values: Iterable[float]) -> float:
-    vals = list(values)
-    return float(statistics.median(vals)) if vals else float("nan")
+# --------------------------------------------------------------------------- machine and commit
+def _meminfo_gib(field: str) -> float:
+    """A ``/proc/meminfo`` field in GiB (``nan`` where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return float("nan")
 
 
-def mean(values: Iterable[float]) -> float:
-    vals = list(values)
-    return float(sum(vals) / len(vals)) if vals else float("nan")
-
-
-def cpu_model() -> str:
-    """The CPU model from /proc/cpuinfo ("unknown" where there is none)."""
+def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -78,34 +97,37 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def machine() -> dict[str, str]:
-    """Cores, memory, CPU model, Python and numpy versions, the date (UTC)."""
-    cpu = cpu_model()
-    try:
-        free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=False).stdout
-        mem = next((ln for ln in free.splitlines() if ln.startswith("Mem:")), "")
-        total_g = mem.split()[1] + " GiB total (free -g)" if mem else "unknown"
-    except OSError:
-        total_g = "unknown"
-    return {
-        "nproc": str(os.cpu_count()),
-        "memory": total_g,
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+@functools.cache
+def machine(*, spark: bool = False) -> dict[str, str]:
+    """Cores, memory, CPU model, Python and numpy versions; with ``spark``, also PySpark, the
+    Delta jar and Java."""
+    out = {"nproc": str(os.cpu_count()), "memory": f"{_meminfo_gib('MemTotal'):.1f} GiB",
+           "cpu": _cpu_model(), "python": platform.python_version(), "numpy": np.__version__}
+    if spark:
+        import pyspark
+
+        from dkmsks.spark.session import delta_jars
+
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
+        out["pyspark"] = pyspark.__version__
+        out["delta"] = next((j.name for j in delta_jars() if j.name.startswith("delta-spark")),
+                            "delta-spark (maven)")
+        out["java"] = java.splitlines()[0] if java else "unknown"
+    return out
+
+
+def describe_machine(m: Mapping[str, str]) -> str:
+    """One line for a report: ``2 cores, 23.4 GiB memory, CPU; Python …, numpy …``."""
+    text = f"{m['nproc']} cores, {m['memory']} memory, {m['cpu']}; Python {m['python']}, numpy {m['numpy']}"
+    if "pyspark" in m:
+        text += f", PySpark {m['pyspark']}, {m['delta']}, {m['java']}"
+    return text
 
 
 def available_memory_gib() -> float:
-    """``MemAvailable`` from ``/proc/meminfo`` (``inf`` when unreadable)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return float("inf")
+    """``MemAvailable`` (``inf`` when unreadable, so a memory guard lets the run try)."""
+    avail = _meminfo_gib("MemAvailable")
+    return float("inf") if avail != avail else avail
 
 
 def load_average() -> float:
@@ -113,3 +135,156 @@ def load_average() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def git_commit(root: Path = REPO) -> str:
+    """The commit of the code under ``root``: ``git rev-parse HEAD``, with ``+dirty`` when
+    tracked code (``lib``, ``spark_apps``, ``sql``) differs from it. A source snapshot made
+    with ``git archive`` has no ``.git``; it carries its commit in a ``COMMIT`` file."""
+    snapshot = root / "COMMIT"
+    if snapshot.exists():
+        return snapshot.read_text().strip()
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
+                                  "--", "lib", "spark_apps", "sql"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if changed else "")
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def provenance(*, spark: bool = False, code: Path = REPO) -> dict[str, Any]:
+    """What every saved result carries: the commit of the code that ran, the machine, the date."""
+    return {"commit": git_commit(code), "machine": machine(spark=spark), "date": utc_now()}
+
+
+def say(text: str, file: Any = None) -> None:
+    """A progress line with the wall-clock time, on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=file or sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- result files
+class ResultFile:
+    """One benchmark run's results as JSON: :func:`provenance`, the parameters, then each step
+    as it finishes (saved after every step, so a crash keeps what was measured) and the error
+    of each step that failed."""
+
+    def __init__(self, path: Path, params: Mapping[str, Any], *, spark: bool = False) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {**provenance(spark=spark), "params": dict(params), "steps": {},
+                                     "errors": {}}
+
+    def put(self, key: str, value: Any) -> None:
+        self.data["steps"][key] = value
+        self.save()
+
+    def error(self, key: str, err: BaseException) -> None:
+        self.data["errors"][key] = "".join(traceback.format_exception_only(type(err), err)).strip()
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=1, default=str))
+
+
+# --------------------------------------------------------------------------- subprocesses
+class PeakMemory:
+    """Samples the summed resident memory of a process and all its descendants (a Spark
+    driver's JVM and Python workers) in a background thread."""
+
+    def __init__(self, pid: int | None = None, interval: float = 0.5) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.pid = pid or os.getpid()
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        try:
+            root = self._psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except self._psutil.Error:
+            return 0
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except self._psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.interval)
+
+    def start(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        """The peak in bytes."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    returncode: int
+    seconds: float
+    stdout: str
+    peak_rss_mib: float | None = None  # with ``sample_memory``
+    timed_out: bool = False
+
+
+def run_command(cmd: Sequence[str], log: Path, *, timeout: float | None = None,
+                env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                sample_memory: bool = False) -> CommandRun:
+    """Run ``cmd`` in its own process group, its stderr and then its stdout appended to
+    ``log``; a timeout kills the whole group (a JVM included)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(env if env is not None else os.environ, PYTHONUNBUFFERED="1")
+    started = time.perf_counter()
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=fh, text=True, env=env,
+                                cwd=str(cwd) if cwd is not None else None, start_new_session=True)
+        peak = PeakMemory(proc.pid).start() if sample_memory else None
+        timed_out = False
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            timed_out = True
+        fh.write(stdout)
+    return CommandRun(proc.returncode, time.perf_counter() - started, stdout,
+                      peak.stop() / 2**20 if peak is not None else None, timed_out)
+
+
+# --------------------------------------------------------------------------- generated docs
+def write_doc_section(path: Path, name: str, text: str) -> None:
+    """Replace the section ``name`` of the markdown file ``path`` (between its markers, written
+    by ``dkm bench NAME``), or append it; the rest of the file is kept."""
+    begin = f"<!-- begin: dkm bench {name} (generated; edits inside are overwritten) -->"
+    end = f"<!-- end: dkm bench {name} -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}\n"
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    pattern = re.compile(re.escape(begin.split(" (")[0]) + r".*?" + re.escape(end) + r"\n?", re.S)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: block, old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + block
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)

@@ -10,11 +10,11 @@ new-subscription estimate (``new_cost``) fix the engine; ``T`` is how many times
   timestamps; the default value of each sweep is the Figure 7 run cut to its first
   ``T_sweep`` timestamps (the generator is prefix-stable in ``T``, so that is the same stream).
 
-Every finished point is appended to ``results.jsonl`` as one JSON line (per-timestamp metrics
-and work counters), so an interrupted run keeps what it measured and a rerun skips the points
-already there. Points sharing a workload share its generation, the exact kNN within ``O_init``
-and the statistics; points sharing ``(method, m)`` share the partition plan (it does not
-depend on ``new_cost``).
+Every finished point is appended to ``results-<dataset>.jsonl`` as one JSON line (per-timestamp
+metrics and work counters, the commit, the machine and the date), so an interrupted run keeps
+what it measured and a rerun skips the points already there. Points sharing a workload share
+its generation, the exact kNN within ``O_init`` and the statistics; points sharing
+``(method, m)`` share the partition plan (it does not depend on ``new_cost``).
 
 Times are wall-clock on this machine (``time.perf_counter``); the work counters (pairs tested
 per worker, pairs inside the ball) are deterministic (DESIGN §3 fact 4).
@@ -22,8 +22,10 @@ per worker, pairs inside the ball) are deterministic (DESIGN §3 fact 4).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
+import os
 import resource
 import sys
 import time
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.common import available_memory_gib, dataset_path, load_average, load_objects
+from dkmsks.bench.common import REPO, available_memory_gib, dataset_path, load_average, load_objects, provenance, say
 
 #: Methods with the new-subscription estimate of their main server (DESIGN §2): ours
 #: (``live``) for all three, and the paper's Eq. 7 / Eq. 2 estimate for DkM-SKS and SOP.
@@ -44,8 +46,8 @@ VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
 VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"))
 FIGURES = ("tables", "fig7", "fig8", "fig9", "fig10")
 
-# Rough seconds per timestamp at |S| = 1M on this class of machine (bench_core, docs/benchmarks.md):
-# only used to weight the progress bar so its ETA means something.
+# Rough seconds per timestamp at |S| = 1M, relative to each other: they only weight the progress
+# bar so that its ETA means something.
 _EST_TS_S = {"kop": 2.0, "sop": 1.9, "dkm": 0.12}
 _EST_DATASET = {"place": 1.0, "twitter": 1.6}
 
@@ -112,7 +114,7 @@ class PaperConfig:
 
     @classmethod
     def quick_config(cls) -> PaperConfig:
-        """Small sizes: the whole protocol in about a minute (used by the test)."""
+        """Small sizes: the whole protocol on a small workload (the test uses it)."""
         return cls(o_init=20_000, subs=20_000, m=5, t_series=10, t_sweep=3, ms=(2, 5),
                    subs_values=(10_000, 20_000), k_values=(5, 10), grid=1024, quick=True)
 
@@ -232,6 +234,15 @@ class Store:
         return [r for r in self.records.values() if all(r["point"].get(k) == v for k, v in fields.items())]
 
 
+def point_record(p: Any, status: str, *, code: Path = REPO, error: str = "") -> dict[str, Any]:
+    """A store line for point ``p`` (a :class:`Point` or a Spark point): its key and fields, the
+    status, the commit of the code that measured it, the machine and the date."""
+    rec: dict[str, Any] = {"key": p.key(), "point": asdict(p), "status": status, **provenance(code=code)}
+    if error:
+        rec["error"] = error
+    return rec
+
+
 # --------------------------------------------------------------------------- measurement
 def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -258,12 +269,13 @@ def _metrics_columns(metrics: Sequence[Any]) -> dict[str, list[float | int]]:
     return cols
 
 
+#: Memory a workload's points may take: a base plus this per million subscriptions. A guard
+#: with a margin over the peak RSS the records report (``peak_rss_gib``), not a model.
+_BASE_GIB, _GIB_PER_MILLION_SUBS = 1.5, 1.2
+
+
 def _need_gib(subs: int) -> float:
-    """Rough peak memory of one workload's points; a guard, not a model. Measured peak RSS
-    of a measuring process (|O_init| = 1M, m = 20, every variant): 1.95 GiB at |S| = 1M,
-    3.25 GiB at 2.5M, i.e. ~0.9 GiB per million subscriptions; 1.2 leaves a margin. (The
-    guard used to assume 3 GiB per million, which refused |S| = 10M on a 24 GiB machine.)"""
-    return 1.5 + 1.2 * subs / 1e6
+    return _BASE_GIB + _GIB_PER_MILLION_SUBS * subs / 1e6
 
 
 class Runner:
@@ -278,7 +290,7 @@ class Runner:
         self._sources: dict[str, tuple[Any, Any]] = {}
 
     def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.log, flush=True)
+        say(text, self.log)
 
     def pending(self) -> list[Point]:
         return [p for p in self.cfg.plan() if not self.store.done(p)]
@@ -319,17 +331,17 @@ class Runner:
         dataset, o_init_n, subs_n, k_max, seed = key
         need, avail = _need_gib(subs_n), available_memory_gib()
         if need > avail:
-            why = (f"needs about {need:.0f} GiB (≈1.2 GiB per million subscriptions, measured) but "
-                   f"only {avail:.1f} GiB is available on this shared machine")
+            why = (f"needs about {need:.0f} GiB ({_GIB_PER_MILLION_SUBS} GiB per million subscriptions) but "
+                   f"only {avail:.1f} GiB is available")
             self.say(f"skip {dataset} |S|={subs_n:,}: {why}")
             for p in pts:
-                yield p, self._record(p, "failed", error=why)
+                yield p, point_record(p, "failed", error=why)
             return
         T = max(p.T for p in pts)
         c0 = time.perf_counter()
-        source, vocab = self._source(dataset, o_init_n + T * 1000)
-        objects, events = generate_workload(source, WorkloadSpec(
-            o_init=o_init_n, subscriptions=subs_n, timestamps=T, k_max=k_max, seed=seed))
+        spec = WorkloadSpec(o_init=o_init_n, subscriptions=subs_n, timestamps=T, k_max=k_max, seed=seed)
+        source, vocab = self._source(dataset, spec.objects_needed)
+        objects, events = generate_workload(source, spec)
         o_init, subs = initial_phase(objects, events)
         space = data_space(o_init, subs)
         n_kw = len(vocab)
@@ -355,7 +367,7 @@ class Runner:
                 rec = self._measure_point(p, plans, setup, space, stats, knn_index, knn, subs,
                                           objects, events)
             except MemoryError as err:
-                rec = self._record(p, "failed", error=f"MemoryError: {err}")
+                rec = point_record(p, "failed", error=f"MemoryError: {err}")
             yield p, rec
             # drop a plan once no later point of this workload needs it
             if not any((q.method, q.m) == (p.method, p.m) for q in order[i + 1:]):
@@ -408,7 +420,7 @@ class Runner:
                 bar.set_postfix(ms=f"{1e3 * mt.update_time:.0f}", refresh=False)
                 bar.update(1)
         cols = _metrics_columns(metrics)
-        rec = self._record(p, "ok")
+        rec = point_record(p, "ok")
         rec["setup"] = dict(setup, partition_s=part_s, server_s=server_s, worker_index_s=load_s,
                             subsets=len(plan.subsets))
         rec["ts"] = cols
@@ -422,10 +434,149 @@ class Runner:
                  f"(min {np.mean(cols['min_work']):,.0f}); partition {part_s:.1f}s")
         return rec
 
-    @staticmethod
-    def _record(p: Point, status: str, *, error: str = "") -> dict[str, Any]:
-        rec: dict[str, Any] = {"key": p.key(), "point": asdict(p), "status": status,
-                               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        if error:
-            rec["error"] = error
-        return rec
+
+# --------------------------------------------------------------------------- command line
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(float(v)) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    d = PaperConfig()
+    q = argparse.ArgumentParser(
+        prog="dkm bench paper",
+        description=(
+            "Runs the paper's protocol (DESIGN §5) on the real Place data and the Twitter stand-in "
+            "for KOP, SOP and DkM-SKS with the in-memory engine (m simulated workers): update time "
+            "over time (Fig. 7), the impact of m (Fig. 8), |S| (Fig. 9) and k_max (Fig. 10), load "
+            "balance (Table 2) and the kNN update / insertion / deletion split (Table 3), each with "
+            "the deterministic work counters; and the default setting and the m sweep on the Spark "
+            "pipeline (dkm run). Every measured point is appended to DIR/results-*.jsonl, so an "
+            "interrupted run keeps its points and a rerun skips them. Then writes PNG plots and a "
+            "markdown report. bench/paper_full.sh is the full run behind docs/paper-reproduction.md."
+        ),
+    )
+    quick = PaperConfig.quick_config()
+    q.add_argument("--quick", action="store_true",
+                   help=f"small sizes ({quick.o_init:,} objects, {quick.subs:,} subscriptions, "
+                        f"{quick.t_series} timestamps; no Spark)")
+    q.add_argument("--out", type=Path, default=None,
+                   help="results folder (default .cache/bench/paper, quick: .cache/bench/paper-quick)")
+    q.add_argument("--docs", type=Path, default=None,
+                   help="markdown report to write (default docs/paper-reproduction.md; quick: OUT/paper-reproduction.md)")
+    q.add_argument("--img-dir", type=Path, default=None,
+                   help="folder for the PNG plots (default docs/img/paper; quick: OUT/img)")
+    q.add_argument("--datasets", type=_names, default=d.datasets, help="place,twitter (%(default)s)")
+    q.add_argument("--figures", type=_names, default=FIGURES,
+                   help="which experiments to measure: tables (Tables 2-3 and the targets at the default "
+                        "setting), fig7, fig8, fig9, fig10 (all)")
+    q.add_argument("--o-init", type=int, default=None, help=f"|O_init| ({d.o_init:,})")
+    q.add_argument("--subscriptions", type=int, default=None, help=f"|S| default ({d.subs:,})")
+    q.add_argument("--workers", type=int, default=None, help=f"m default ({d.m})")
+    q.add_argument("--k-max", type=int, default=None, help=f"k_max default ({d.k_max})")
+    q.add_argument("--t-series", type=int, default=None, help=f"timestamps of Figure 7 and the tables ({d.t_series})")
+    q.add_argument("--t-table", type=int, default=None,
+                   help="timestamps of the Tables 2-3 points (default: --t-series, i.e. the Figure 7 run)")
+    q.add_argument("--series-subs", type=int, default=None,
+                   help="|S| of Figure 7 (default: --subscriptions)")
+    q.add_argument("--series-subs-twitter", type=int, default=None,
+                   help="|S| of Figure 7 on the Twitter stand-in (default: --series-subs)")
+    q.add_argument("--table-subs-twitter", type=int, default=None,
+                   help="|S| of Tables 2-3 on the Twitter stand-in (default: --subscriptions)")
+    q.add_argument("--sweep-subs", type=int, default=None,
+                   help="|S| of the m and k_max sweeps (default: --subscriptions)")
+    q.add_argument("--t-sweep", type=int, default=None, help=f"timestamps of each sweep point ({d.t_sweep})")
+    q.add_argument("--runs", type=int, default=None, help=f"repeats of every engine point ({d.runs})")
+    q.add_argument("--ms", type=_ints, default=None, help=f"Figure 8 values of m ({_csv(d.ms)})")
+    q.add_argument("--subs-values", type=_ints, default=None, help=f"Figure 9 values of |S| ({_csv(d.subs_values)})")
+    q.add_argument("--subs-values-twitter", type=_ints, default=None,
+                   help="Figure 9 values of |S| on the Twitter stand-in (default: --subs-values)")
+    q.add_argument("--k-values", type=_ints, default=None, help=f"Figure 10 values of k_max ({_csv(d.k_values)})")
+    q.add_argument("--seed", type=int, default=None, help=f"workload seed ({d.seed})")
+    q.add_argument("--spark", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run the Spark pipeline points (default: on, off with --quick)")
+    q.add_argument("--spark-o-init", type=int, default=100_000, help="|O_init| of the Spark points (%(default)s)")
+    q.add_argument("--spark-subscriptions", type=int, default=100_000, help="|S| of the Spark points (%(default)s)")
+    q.add_argument("--spark-timestamps", type=int, default=20, help="timestamps of the Spark points (%(default)s)")
+    q.add_argument("--spark-ms", type=_ints, default=(5, 10, 20, 40), help="m values on Spark (%(default)s)")
+    q.add_argument("--spark-datasets", type=_names, default=("place",), help="data sets on Spark (%(default)s)")
+    q.add_argument("--spark-master", default=None,
+                   help="Spark master of the Spark points (default: dkm run's, $DKMSKS_SPARK_MASTER or local[2])")
+    q.add_argument("--spark-code", type=Path, default=None,
+                   help="run the Spark CLI of this source tree (e.g. a snapshot of a commit) instead of "
+                        "the installed one")
+    q.add_argument("--report-only", action="store_true", help="measure nothing; rewrite plots and report")
+    q.add_argument("--no-report", action="store_true", help="measure only")
+    q.add_argument("--quiet", action="store_true", help="no progress bars")
+    return q.parse_args(argv)
+
+
+def _csv(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def config_from_args(args: argparse.Namespace) -> PaperConfig:
+    cfg = PaperConfig.quick_config() if args.quick else PaperConfig()
+    over = {
+        "datasets": args.datasets, "figures": args.figures, "o_init": args.o_init,
+        "subs": args.subscriptions, "m": args.workers, "k_max": args.k_max,
+        "t_series": args.t_series, "t_sweep": args.t_sweep, "runs": args.runs, "ms": args.ms,
+        "subs_values": args.subs_values, "k_values": args.k_values, "seed": args.seed,
+        "t_table": args.t_table, "sweep_subs": args.sweep_subs,
+    }
+    for name, value in over.items():
+        if value is not None:
+            setattr(cfg, name, value)
+    if args.series_subs is not None:
+        cfg.series_subs = {ds: args.series_subs for ds in ("place", "twitter")}
+    if args.series_subs_twitter is not None:
+        cfg.series_subs["twitter"] = args.series_subs_twitter
+    if args.table_subs_twitter is not None:
+        cfg.table_subs = {"twitter": args.table_subs_twitter}
+    if args.subs_values_twitter is not None:
+        cfg.subs_values_by_dataset = {"twitter": args.subs_values_twitter}
+    bad = [f for f in cfg.figures if f not in FIGURES]
+    if bad:
+        raise ValueError(f"unknown experiment(s) {', '.join(bad)}; choose among {', '.join(FIGURES)}")
+    if cfg.t_series < 1 or cfg.t_sweep < 1 or cfg.runs < 1:
+        raise ValueError("--t-series, --t-sweep and --runs must be >= 1")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from dkmsks.bench.paper_spark import SparkConfig, run_spark_points
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    started = time.perf_counter()
+    cfg = config_from_args(args)
+    out = args.out or (REPO / ".cache" / "bench" / ("paper-quick" if args.quick else "paper"))
+    docs = args.docs or (out / "paper-reproduction.md" if args.quick else REPO / "docs" / "paper-reproduction.md")
+    img = args.img_dir or (out / "img" if args.quick else REPO / "docs" / "img" / "paper")
+    for ds in cfg.datasets:
+        dataset_path(ds, must_exist=True)
+    store = Store(out)
+    spark_on = args.spark if args.spark is not None else not args.quick
+    scfg = SparkConfig(o_init=args.spark_o_init, subs=args.spark_subscriptions,
+                       T=args.spark_timestamps, ms=args.spark_ms, default_m=cfg.m,
+                       datasets=args.spark_datasets, seed=cfg.seed, k_max=cfg.k_max,
+                       code_root=args.spark_code, **({"master": args.spark_master} if args.spark_master else {}))
+    if not args.report_only:
+        Runner(cfg, store, progress=not args.quiet).run()
+        if spark_on:
+            run_spark_points(scfg, store, out, progress=not args.quiet)
+    if not args.no_report:
+        from dkmsks.bench.paper_report import write_report
+
+        write_report(cfg, store, docs, img, command=" ".join(["dkm", "bench", "paper", *argv]),
+                     spark_points=scfg.points() if spark_on else [])
+        print(f"wrote {docs} and plots in {img}")
+    print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0

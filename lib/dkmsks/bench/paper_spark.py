@@ -13,26 +13,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dkmsks.bench.common import dataset_path, load_average
+from dkmsks.bench.common import DKM, REPO, dataset_path, load_average, run_command
+from dkmsks.bench.paper import Store, point_record
+from dkmsks.spark.session import DEFAULT_MASTER
+from dkmsks.spark.sql_files import statement
 
 METHODS = ("kop", "sop", "dkm")
-
-#: Per timestamp, over workers: the paper's metrics from ``worker_metrics`` (one JSON per row).
-_METRICS_SQL = (
-    "SELECT to_json(named_struct('t', t, 'knn_max', max(knn_ms), 'knn_min', min(knn_ms), "
-    "'insert', max(insert_ms), 'delete', max(delete_ms), 'work', sum(pairs_tested), "
-    "'work_max', max(pairs_tested), 'work_min', min(pairs_tested), 'workers', count(*), "
-    "'min_work', sum(pairs_in_ball))) AS j FROM worker_metrics GROUP BY t "
-    "UNION ALL SELECT to_json(named_struct('job', job, 'phase', phase, 'ms', sum(ms))) AS j "
-    "FROM run_metrics GROUP BY job, phase"
-)
 
 
 @dataclass(frozen=True)
@@ -64,6 +54,17 @@ class SparkConfig:
     k_max: int = 10
     timeout_s: float = 1800.0
     code_root: Path | None = None  # run the CLI of this source tree (its lib/ on PYTHONPATH)
+    master: str = field(default_factory=lambda: os.environ.get("DKMSKS_SPARK_MASTER", DEFAULT_MASTER))
+
+    def run(self, args: list[str], log: Path) -> tuple[int, float, str]:
+        """``dkm ARGS`` from the code under measurement: exit code, seconds, stdout."""
+        env = dict(os.environ)
+        if self.code_root is not None:
+            env["PYTHONPATH"] = str(self.code_root / "lib")
+        done = run_command([*DKM, *args], log, timeout=self.timeout_s, env=env, cwd=self.code_root)
+        if done.timed_out:
+            return -1, done.seconds, f"timed out after {self.timeout_s:.0f} s"
+        return done.returncode, done.seconds, done.stdout
 
     def points(self) -> list[SparkPoint]:
         """The default m for every method first, then the other m values for DkM-SKS, then
@@ -73,27 +74,6 @@ class SparkConfig:
             (m, me) for me in ("kop", "sop") for m in others]
         return [SparkPoint(ds, self.o_init, self.subs, self.k_max, m, me, self.T, self.seed)
                 for ds in self.datasets for m, me in order]
-
-
-def _dkm() -> list[str]:
-    return [sys.executable, "-m", "dkmsks.cli"]
-
-
-def _sh(cmd: list[str], log: Path, timeout: float, code_root: Path | None = None) -> tuple[int, float, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if code_root is not None:
-        env["PYTHONPATH"] = str(code_root / "lib")
-    c0 = time.perf_counter()
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=fh, text=True, timeout=timeout,
-                                  env=env, cwd=str(code_root) if code_root is not None else None)
-        except subprocess.TimeoutExpired:
-            return -1, time.perf_counter() - c0, f"timed out after {timeout:.0f} s"
-        fh.write(proc.stdout)
-    return proc.returncode, time.perf_counter() - c0, proc.stdout
 
 
 def parse_sql_json(stdout: str) -> list[dict[str, Any]]:
@@ -106,72 +86,53 @@ def parse_sql_json(stdout: str) -> list[dict[str, Any]]:
     return rows
 
 
-def run_spark_points(cfg: SparkConfig, store: Any, out: Path, *, progress: bool = True) -> int:
+def run_spark_points(cfg: SparkConfig, store: Store, out: Path, *, progress: bool = True) -> int:
     """Measure every Spark point of ``cfg`` not yet in ``store``; returns how many succeeded."""
     from tqdm import tqdm
 
-    todo = [p for p in cfg.points() if not _done(store, p)]
-    if not todo:
-        return 0
-    logs = out / "spark-logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    todo = [p for p in cfg.points() if not store.done(p)]
     n = 0
     with tqdm(total=len(todo), unit="run", desc="spark points", disable=not progress,
               dynamic_ncols=True) as bar:
         for p in todo:
-            data = out / "spark-data" / f"{p.dataset}-{p.o_init}-{p.subs}-{p.T}-k{p.k_max}-s{p.seed}"
-            log = logs / f"{p.dataset}-{p.method}-m{p.m}.log"
-            rec = _record(p)
-            if not (data / "events.tsv.gz").exists():
-                rc, secs, text = _sh(_dkm() + [
-                    "generate", "--source", str(dataset_path(p.dataset)), "--out", str(data),
-                    "--o-init", str(p.o_init), "--subscriptions", str(p.subs), "--timestamps", str(p.T),
-                    "--k-max", str(p.k_max), "--seed", str(p.seed)], log, cfg.timeout_s, cfg.code_root)
-                if rc != 0:
-                    rec.update(status="failed", error=f"dkm generate exit {rc}: {text[-300:]} (log {log})")
-                    store.add(rec)
-                    bar.update(1)
-                    continue
-            wh = out / "spark-wh" / f"{p.dataset}-{p.method}-m{p.m}"
-            shutil.rmtree(wh, ignore_errors=True)
-            load0 = load_average()
-            rc, run_s, text = _sh(_dkm() + [
-                "run", "--objects", str(data / "objects.tsv.gz"), "--events", str(data / "events.tsv.gz"),
-                "--method", p.method, "--workers", str(p.m), "--warehouse", str(wh)], log, cfg.timeout_s,
-                cfg.code_root)
-            if rc != 0:
-                rec.update(status="failed", error=f"dkm run exit {rc} (see {log}): {text[-300:]}")
-                store.add(rec)
-                bar.update(1)
-                continue
-            rc, _, text = _sh(_dkm() + ["sql", "--warehouse", str(wh), "--limit", "1000000",
-                                        _METRICS_SQL], log, cfg.timeout_s, cfg.code_root)
-            rows = parse_sql_json(text) if rc == 0 else []
-            per_t = sorted((r for r in rows if "t" in r), key=lambda r: r["t"])
-            phases = [r for r in rows if "phase" in r]
-            if rc != 0 or not per_t:
-                rec.update(status="failed", error=f"dkm sql exit {rc}, {len(per_t)} metric rows (see {log})")
-                store.add(rec)
-                bar.update(1)
-                continue
-            rec["status"] = "ok"
-            rec["run_s"] = run_s
-            rec["ts"] = {k: [r[k] for r in per_t] for k in per_t[0]}
-            rec["phases_ms"] = {f"{r['job']}.{r['phase']}": r["ms"] for r in phases}
-            rec["load_avg"] = [load0, load_average()]
-            rec["code"] = str(cfg.code_root) if cfg.code_root is not None else "working tree"
+            rec = measure_spark_point(cfg, p, out)
             store.add(rec)
-            shutil.rmtree(wh, ignore_errors=True)
-            n += 1
+            n += rec["status"] == "ok"
             bar.update(1)
     return n
 
 
-def _record(p: SparkPoint) -> dict[str, Any]:
-    return {"key": p.key(), "point": asdict(p), "status": "failed",
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def _done(store: Any, p: SparkPoint) -> bool:
-    rec = store.records.get(p.key())
-    return rec is not None and rec.get("status") == "ok"
+def measure_spark_point(cfg: SparkConfig, p: SparkPoint, out: Path) -> dict[str, Any]:
+    """``dkm generate`` (once per workload), ``dkm run`` on a fresh warehouse, ``dkm sql``."""
+    data = out / "spark-data" / f"{p.dataset}-{p.o_init}-{p.subs}-{p.T}-k{p.k_max}-s{p.seed}"
+    log = out / "spark-logs" / f"{p.dataset}-{p.method}-m{p.m}.log"
+    code = cfg.code_root if cfg.code_root is not None else REPO
+    if not (data / "events.tsv.gz").exists():
+        rc, _, text = cfg.run([
+            "generate", "--source", str(dataset_path(p.dataset)), "--out", str(data),
+            "--o-init", str(p.o_init), "--subscriptions", str(p.subs), "--timestamps", str(p.T),
+            "--k-max", str(p.k_max), "--seed", str(p.seed)], log)
+        if rc != 0:
+            return point_record(p, "failed", code=code, error=f"dkm generate exit {rc}: {text[-300:]} (log {log})")
+    wh = out / "spark-wh" / f"{p.dataset}-{p.method}-m{p.m}"
+    shutil.rmtree(wh, ignore_errors=True)
+    load0 = load_average()
+    rc, run_s, text = cfg.run([
+        "run", "--objects", str(data / "objects.tsv.gz"), "--events", str(data / "events.tsv.gz"),
+        "--method", p.method, "--workers", str(p.m), "--warehouse", str(wh), "--master", cfg.master], log)
+    if rc != 0:
+        return point_record(p, "failed", code=code, error=f"dkm run exit {rc} (see {log}): {text[-300:]}")
+    rc, _, text = cfg.run(["sql", "--warehouse", str(wh), "--limit", "1000000",
+                           statement("bench/spark_point_metrics.sql")], log)
+    rows = parse_sql_json(text) if rc == 0 else []
+    per_t = sorted((r for r in rows if "t" in r), key=lambda r: r["t"])
+    if rc != 0 or not per_t:
+        return point_record(p, "failed", code=code, error=f"dkm sql exit {rc}, {len(per_t)} metric rows (see {log})")
+    rec = point_record(p, "ok", code=code)
+    rec["run_s"] = run_s
+    rec["master"] = cfg.master
+    rec["ts"] = {k: [r[k] for r in per_t] for k in per_t[0]}
+    rec["phases_ms"] = {f"{r['job']}.{r['phase']}": r["ms"] for r in rows if "phase" in r}
+    rec["load_avg"] = [load0, load_average()]
+    shutil.rmtree(wh, ignore_errors=True)
+    return rec

@@ -4,8 +4,8 @@ Runs the ``spark-sql`` of this environment's pyspark with the project's settings
 (:func:`dkmsks.spark.session.spark_submit_conf_args`: Delta, loopback, the in-memory catalog)
 and an init file that registers the warehouse's tables by path and creates the views
 (:func:`dkmsks.spark.catalog.spark_sql_init`). Works without an activated venv: it sets
-``SPARK_HOME`` and ``PATH`` itself. Anything after the flags goes to ``spark-sql`` (``-e SQL``,
-``-f FILE``, or nothing for the interactive shell).
+``SPARK_HOME`` and ``PATH`` itself. ``-e SQL`` and ``-f FILE`` run statements and exit; without them
+the interactive shell starts; anything after ``--`` goes to ``spark-sql`` as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "worker_loads\". Other arguments go to spark-sql."),
     )
     add_warehouse(p)
-    p.add_argument("spark_sql_args", nargs=argparse.REMAINDER, help="arguments for spark-sql (-e SQL, -f FILE)")
+    p.add_argument("-e", dest="execute", default=None, metavar="SQL", help="run these statements and exit")
+    p.add_argument("-f", dest="file", default=None, metavar="FILE", help="run the statements of FILE and exit")
+    p.add_argument("spark_sql_args", nargs=argparse.REMAINDER,
+                   help="more arguments for spark-sql, after --")
     p.set_defaults(func=run)
 
 
@@ -36,7 +39,7 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
     import pyspark
 
-    from dkmsks.spark.catalog import write_spark_sql_init
+    from dkmsks.spark.catalog import spark_sql_vars, write_spark_sql_init
     from dkmsks.spark.session import spark_submit_conf_args
 
     warehouse = warehouse_of(args)
@@ -48,7 +51,12 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     extra = list(args.spark_sql_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    if args.execute is not None:
+        extra += ["-e", args.execute]
+    if args.file is not None:
+        extra += ["-f", args.file]
     cmd = [str(spark_home / "bin" / "spark-sql"), *spark_submit_conf_args(warehouse, master=args.master),
+           *(arg for key, value in spark_sql_vars(warehouse).items() for arg in ("--hivevar", f"{key}={value}")),
            "-i", str(init), *extra]
     return cmd, env
 

@@ -6,7 +6,7 @@ events only, every object) checks the warehouse's current results for those ids 
 warehouse side is read as a job reads it: the ``knn_state`` snapshot with the journal's newer
 final records overlaid (:class:`dkmsks.spark.state_io.StateView`), through delta-rs — no JVM.
 
-    .venv/bin/python bench/spot_check.py --warehouse W --objects O.tsv.gz --events E.tsv.gz --as-of T [--n 2000]
+    dkm bench spot-check --warehouse W --objects O.tsv.gz --events E.tsv.gz --as-of T [--n 2000]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dkm bench spot-check", description=__doc__.splitlines()[0])
     p.add_argument("--warehouse", type=Path, required=True)
     p.add_argument("--database", default=None)
     p.add_argument("--objects", type=Path, required=True)
@@ -63,6 +64,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sub {s}: oracle {want[s].object_ids.tolist()} vs warehouse {got[s][0]}", file=sys.stderr)
     return 0 if not bad else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

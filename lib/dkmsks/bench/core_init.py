@@ -12,82 +12,26 @@ Rectangles are centred on random objects with a log-uniform half-size from 1e-3 
 (city block to region); each keyword-rectangle query uses one keyword of the centre object.
 The machine may be shared: the load average is printed next to the timings.
 
-Usage: ``.venv/bin/python bench/bench_core_init.py [--objects N] [--subscriptions N] [--runs R]``
+Usage: ``dkm bench core-init [--objects N] [--subscriptions N] [--runs R]``
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
+from dkmsks.bench.common import dataset_path, describe_machine, git_commit, load_average, load_objects, machine
+from dkmsks.bench.stats import timed
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import KeywordSets, Objects
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DKMSKS_DATA_DIR", REPO.parent / "shared" / "data"))
-PLACE = DATA / "wof_simplegeo_us" / "objects.tsv.gz"
 
-T = TypeVar("T")
-
-
-def load(n: int) -> tuple[Objects, int]:
-    """First ``n`` rows as core columns (vectorised: keyword ids by first appearance)."""
-    df = pd.read_csv(PLACE, sep="\t", nrows=n, dtype={"id": np.int64, "keywords": str})
-    tokens = df["keywords"].str.split(" ")
-    lengths = tokens.str.len().to_numpy(np.int64)
-    codes, uniques = pd.factorize(np.concatenate(tokens.to_numpy()))
-    owner = np.repeat(np.arange(len(df), dtype=np.int64), lengths)
-    # Rows must hold distinct, ascending keyword ids (KeywordSets contract).
-    key = np.unique(owner * len(uniques) + codes)
-    owner, kw = key // len(uniques), (key % len(uniques)).astype(np.int32)
-    ptr = np.zeros(len(df) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=len(df)), out=ptr[1:])
-    objects = Objects(
-        df["id"].to_numpy(np.int64),
-        df["x"].to_numpy(np.float64),
-        df["y"].to_numpy(np.float64),
-        KeywordSets(ptr, kw),
-        df["t"].to_numpy(np.int64),
-    )
-    return objects, len(uniques)
-
-
-class Timing(float):
-    """Median wall seconds (the float value) with the median CPU seconds alongside."""
-
-    cpu: float
-
-    def __format__(self, spec: str) -> str:
-        return f"{float(self):{spec}}s (cpu {self.cpu:.2f}s)"
-
-
-def timed(fn: Callable[[], T], runs: int) -> tuple[Timing, T]:
-    """Median over ``runs`` of wall and of CPU time (all threads); CPU time is the steadier
-    figure on a shared machine, wall time is what a user waits."""
-    walls, cpus, out = [], [], None
-    for _ in range(runs):
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    t = Timing(statistics.median(walls))
-    t.cpu = statistics.median(cpus)
-    return t, out  # type: ignore[return-value]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dkm bench core-init", description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--subscriptions", type=int, default=1_000_000)
     ap.add_argument("--rects", type=int, default=1_000_000)
@@ -95,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args(argv)
 
+    print(f"commit {git_commit()}; {describe_machine(machine())}", flush=True)
     t0 = time.perf_counter()
-    source, n_keywords = load(a.objects)
+    source, vocab = load_objects(dataset_path("place", must_exist=True), a.objects)
+    n_keywords = len(vocab)
     o_init, events = generate_workload(
         source,
         WorkloadSpec(
@@ -114,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"loaded {len(o_init):,} objects ({n_keywords:,} keywords), {len(subs):,} subscriptions "
         f"({len(subs.keywords.ids):,} subscription keywords) in {time.perf_counter() - t0:.1f}s; "
-        f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}",
+        f"load average {load_average():.2f}",
         flush=True,
     )
 
@@ -136,9 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         f"({full:.1%} of subscriptions have k results)",
         flush=True,
     )
-    print(f"load average at the end {os.getloadavg()[0]:.2f} (median of {r} runs each)")
+    print(f"load average at the end {load_average():.2f} (median of {r} runs each)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 1M objects of the real Place data as ``O_init``, 1M subscriptions generated the paper's way
 (location of a random object, 1–5 of its keywords, ``k`` uniform in [1, 10], seeded), ``m = 20``,
-``θ = 20``, ``γ1 = 100,000``, ``γ2 = 20``. Prints the median of 3 runs per step:
+``θ = 20``, ``γ1 = 100,000``, ``γ2 = 20``. Prints the median of ``--runs`` runs per step:
 
 - building ``ObjectStatistics`` and ``StaticKnnIndex``;
 - the initial kNN of all subscriptions in ``O_init`` (needed by SOP and DkM-SKS);
@@ -10,50 +10,28 @@
   matrices (PS²Stream's ``θ_ps`` is ``--theta``);
 - ``MainServer`` construction and assigning 100 new subscriptions.
 
-Usage: ``.venv/bin/python bench/bench_partition.py [--objects N] [--subscriptions N] [--runs R]``
+Usage: ``dkm bench partition [--objects N] [--subscriptions N] [--runs R]``
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
+from dkmsks.bench.common import dataset_path, describe_machine, git_commit, load_objects, machine
+from dkmsks.bench.stats import timed
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import KeywordSets, Objects, Vocabulary, data_space
+from dkmsks.core.model import data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wof_simplegeo_us" / "objects.tsv.gz"
 
-
-def load(n: int) -> tuple[Objects, Vocabulary]:
-    df = pd.read_csv(DATA, sep="\t", nrows=n, dtype={"id": np.int64, "keywords": str})
-    vocab = Vocabulary()
-    rows = [[vocab.id_of(w) for w in kws.split(" ")] for kws in df["keywords"]]
-    objects = Objects(df["id"].to_numpy(np.int64), df["x"].to_numpy(np.float64),
-                      df["y"].to_numpy(np.float64), KeywordSets.from_lists(rows),
-                      df["t"].to_numpy(np.int64))
-    return objects, vocab
-
-
-def timed(fn, runs: int):
-    times, out = [], None
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dkm bench partition", description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--subscriptions", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=20)
@@ -65,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="kop,sop,dkm")
     a = ap.parse_args(argv)
 
+    print(f"commit {git_commit()}; {describe_machine(machine())}", flush=True)
     t0 = time.perf_counter()
-    source, vocab = load(a.objects)
+    source, vocab = load_objects(dataset_path("place", must_exist=True), a.objects)
     o_init, events = generate_workload(
         source, WorkloadSpec(o_init=a.objects, subscriptions=a.subscriptions, timestamps=0,
                              k_max=10, seed=a.seed))
@@ -77,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t_stats, stats = timed(lambda: ObjectStatistics.build(o_init, len(vocab)), 1)
     t_knn_build, knn = timed(lambda: StaticKnnIndex.build(o_init, len(vocab)), 1)
-    print(f"ObjectStatistics.build {t_stats:.2f}s   StaticKnnIndex.build {t_knn_build:.2f}s", flush=True)
+    print(f"ObjectStatistics.build {t_stats:.2f}   StaticKnnIndex.build {t_knn_build:.2f}", flush=True)
     t_query, mats = timed(lambda: knn.query(subs, width=10), a.runs)
-    print(f"initial kNN of {len(subs):,} subscriptions: {t_query:.2f}s (median of {a.runs})", flush=True)
+    print(f"initial kNN of {len(subs):,} subscriptions: {t_query:.2f} (median of {a.runs})", flush=True)
 
     for method in a.methods.split(","):
         t_part, plan = timed(lambda: partition(method, stats, mats, subs, space, m=a.workers,
@@ -87,17 +66,14 @@ def main(argv: list[str] | None = None) -> int:
                                                objects=o_init, ps2_theta=a.theta),
                              a.runs)
         loads = plan.loads
-        extra = "" if method == "kop" else f" + kNN {t_query:.2f}s = {t_part + t_query:.2f}s"
-        print(f"{method}: partition {t_part:.2f}s (median of {a.runs}){extra}; "
+        extra = "" if method == "kop" else f" + kNN {t_query.wall:.2f}s = {t_part.wall + t_query.wall:.2f}s"
+        print(f"{method}: partition {t_part:.2f} (median of {a.runs}){extra}; "
               f"subsets {len(plan.subsets):,}; load max/mean {loads.max() / loads.mean():.4f}; "
               f"params {plan.params}", flush=True)
         t_srv, server = timed(lambda: MainServer(plan, stats, knn), 1)
         new = subs.take(np.arange(100))
         new = type(new)(new.ids + 10**12, new.x, new.y, new.keywords, new.k, new.t)
         t_assign, _ = timed(lambda: server.assign(new), 1)
-        print(f"   MainServer build {t_srv:.2f}s, assign 100 new {t_assign * 1000:.1f}ms", flush=True)
+        print(f"   MainServer build {t_srv:.2f}, assign 100 new {t_assign.wall * 1000:.1f}ms", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

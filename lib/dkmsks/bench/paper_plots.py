@@ -1,0 +1,136 @@
+"""The PNG plots of the paper report (Figures 7-10 and the Spark ``m`` sweep), from the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dkmsks.bench.common import DATASET_NAMES
+from dkmsks.bench.paper_results import NAMES, SWEEPS, Results, label, short, summarize_spark
+
+COLORS = {("kop", "live"): "tab:blue", ("sop", "live"): "tab:orange", ("dkm", "live"): "tab:green",
+          ("dkm", "paper"): "tab:olive", ("sop", "paper"): "tab:red"}
+STYLES = {"live": "-", "paper": "--"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_series(res: Results, img: Path) -> dict[str, Path]:
+    """Figure 7: update time (and max worker work) per timestamp, one panel per data set."""
+    plt = _plt()
+    out = {}
+    for what, key, ylabel, scale in (("time", "update", "update time per timestamp [ms]", 1e3),
+                                     ("work", "work_max", "pairs tested by the busiest worker", 1.0)):
+        fig, axes = plt.subplots(1, len(res.cfg.datasets), figsize=(6.2 * len(res.cfg.datasets), 4.2),
+                                 squeeze=False)
+        for ax, ds in zip(axes[0], res.cfg.datasets):
+            for me, nc in res.cfg.variants_series:
+                rec = res.series(ds, me, nc)
+                if rec is None:
+                    continue
+                ts = rec["ts"]
+                y = np.asarray(ts[key], float) * scale
+                if what == "time" and y.size >= 15:
+                    # raw values faint, a centred 9-timestamp rolling median bold (load noise)
+                    ax.plot(ts["t"], y, STYLES[nc], color=COLORS[(me, nc)], linewidth=0.6, alpha=0.3)
+                    h = 4
+                    smooth = [float(np.median(y[max(0, i - h): i + h + 1])) for i in range(y.size)]
+                    ax.plot(ts["t"], smooth, STYLES[nc], color=COLORS[(me, nc)], linewidth=1.8,
+                            label=label(me, nc) + " (9-ts rolling median)")
+                else:
+                    ax.plot(ts["t"], y, STYLES[nc], color=COLORS[(me, nc)], label=label(me, nc), linewidth=1.2)
+            p = res.cfg.series_point(ds, "dkm", "live")
+            ax.set_title(f"{DATASET_NAMES[ds]} (|O_init| = {p.o_init:,}, |S| = {p.subs:,}, m = {p.m})",
+                         fontsize=10)
+            ax.set_yscale("log")
+            ax.set_xlabel("timestamp")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle("Figure 7: " + ("update time as a function of time" if what == "time"
+                                     else "busiest worker's work as a function of time (deterministic)"))
+        fig.tight_layout()
+        path = img / f"fig7_{what}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out[what] = path
+    return out
+
+
+def plot_sweep(res: Results, fig: str, img: Path) -> Path:
+    plt = _plt()
+    dss = res.cfg.datasets
+    panels = (("update", "update time [ms]"), ("balance", "load balance [ms]"),
+              ("work_max", "busiest worker's work [pairs/ts]"))
+    figure, axes = plt.subplots(len(dss), len(panels), figsize=(5.0 * len(panels), 3.8 * len(dss)),
+                                squeeze=False)
+    xname = {"fig8": "m (workers)", "fig9": "|S| (initial subscriptions)", "fig10": "k_max"}[fig]
+    for row, ds in enumerate(dss):
+        _, values, table = res.sweep(fig, ds)
+        for col, (key, ylabel) in enumerate(panels):
+            ax = axes[row][col]
+            for (me, nc), cells in table.items():
+                xs = [v for v in values if cells[v][0] is not None]
+                ys = [cells[v][0][key] for v in xs]
+                if xs:
+                    ax.plot(xs, ys, STYLES[nc] + "o", color=COLORS[(me, nc)], label=label(me, nc),
+                            markersize=4)
+            ax.set_yscale("log")
+            if fig in ("fig9", "fig8"):
+                ax.set_xscale("log")
+            ax.set_xticks(values)
+            ax.set_xticklabels([short(v) for v in values])
+            if fig != "fig10":
+                ax.minorticks_off()
+            ax.set_xlabel(xname)
+            ax.set_ylabel(ylabel)
+            ax.set_title(DATASET_NAMES[ds], fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            if col == 0:
+                ax.legend(fontsize=7)
+    figure.suptitle(SWEEPS[fig])
+    figure.tight_layout()
+    path = img / f"{fig}.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_spark(res: Results, img: Path) -> Path | None:
+    recs = [r for r in res.spark() if r["status"] == "ok"]
+    if not recs:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for me in ("kop", "sop", "dkm"):
+        pts = sorted((r["point"]["m"], summarize_spark(r)) for r in recs if r["point"]["method"] == me)
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        for ax, key in zip(axes, ("update", "balance", "work_max")):
+            ax.plot(xs, [p[1][key] for p in pts], "-o", color=COLORS[(me, "live")], label=NAMES[me], markersize=4)
+    ms = sorted({r["point"]["m"] for r in recs})
+    for ax, yl in zip(axes, ("update time [ms]", "load balance [ms]", "busiest worker's work [pairs/ts]")):
+        ax.set_xscale("log")
+        ax.set_xticks(ms)
+        ax.set_xticklabels([str(m) for m in ms])
+        ax.minorticks_off()
+        ax.set_yscale("log")
+        ax.set_xlabel("m (workers = Spark tasks)")
+        ax.set_ylabel(yl)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Spark pipeline (dkm run): impact of m")
+    fig.tight_layout()
+    path = img / "spark_m.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,70 @@
+"""The reports' prose lives in templates: every block a report asks for exists and receives
+every value it names, no block is left unused, and wrapped template lines are joined."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from dkmsks.bench.prose import Prose
+
+pytestmark = pytest.mark.unit
+
+#: Report module (read, not imported: the pipeline's imports Spark) and its template.
+REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
+           ("dkmsks.bench.pipeline", "pipeline")]
+
+
+def source_tree(module: str) -> ast.Module:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    return ast.parse(Path(spec.origin).read_text())
+
+
+def prose_calls(module: str) -> list[ast.Call]:
+    return [n for n in ast.walk(source_tree(module)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "prose"]
+
+
+def block_names(node: ast.expr) -> list[str]:
+    """The block names a ``prose(...)`` call asks for: a constant, or either side of an ``if``;
+    none when the name is a variable (a loop over pairs of constants)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return block_names(node.body) + block_names(node.orelse)
+    return []
+
+
+def string_constants(module: str) -> set[str]:
+    return {n.value for n in ast.walk(source_tree(module)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+@pytest.mark.parametrize(("module", "template"), REPORTS)
+def test_every_block_asked_for_exists_and_every_block_is_used(module: str, template: str) -> None:
+    asked = {name for call in prose_calls(module) for name in block_names(call.args[0])}
+    blocks = set(Prose.load(template).blocks)
+    assert asked - blocks == set(), "asked for but not in the template"
+    assert blocks - string_constants(module) == set(), "in the template but never named by the report"
+
+
+@pytest.mark.parametrize(("module", "template"), REPORTS)
+def test_every_block_receives_the_values_it_names(module: str, template: str) -> None:
+    prose = Prose.load(template)
+    for call in prose_calls(module):
+        if any(kw.arg is None for kw in call.keywords):
+            continue  # values passed as **mapping: checked when the report renders
+        given = {kw.arg for kw in call.keywords}
+        for name in block_names(call.args[0]):
+            assert set(prose.blocks[name].get_identifiers()) <= given, (name, call.lineno)
+
+
+def test_wrapped_lines_are_joined_and_elements_kept_apart() -> None:
+    prose = Prose("preamble\n<!-- block: a -->\nOne $x\n  two.\n\n- a bullet\n  continued\n- another\n"
+                  "| a | b |\n|---|---|\n| 1 | 2\n  more |\n<!-- block: b -->\n$$5\n")
+    assert prose("a", x=1) == "One 1 two.\n\n- a bullet continued\n- another\n| a | b |\n|---|---|\n| 1 | 2 more |"
+    assert prose("b") == "$5"
+    with pytest.raises(KeyError, match="missing"):
+        prose("c")
