@@ -41,7 +41,8 @@ case "$action" in
     if running; then echo "follow: already running (pid $(cat "$pidfile"))"; exit 0; fi
     mkdir -p "$run"
     export PYSPARK_PYTHON=$REPO/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1
-    nohup "$REPO/.venv/bin/dkm" follow --warehouse "$warehouse" --database "$database" "${args[@]}" \
+    # A session of its own (setsid): stop, and a crash test's kill -9, reach its JVM and workers too.
+    setsid nohup "$REPO/.venv/bin/dkm" follow --warehouse "$warehouse" --database "$database" "${args[@]}" \
       >> "$log" 2>&1 < /dev/null &
     echo $! > "$pidfile"
     echo "follow: started (pid $!), log $log"
@@ -59,8 +60,7 @@ case "$action" in
     for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     if kill -0 "$pid" 2>/dev/null; then
       echo "follow: still running after 60 s; killing it (nothing is lost: see docs/design.md §8)"
-      pkill -KILL -P "$pid" 2>/dev/null || true
-      kill -KILL "$pid" 2>/dev/null || true
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$pidfile"
     echo "follow: stopped"

@@ -2,7 +2,7 @@
 reader tests and the end-to-end reliability tests. Each bad row names (by a substring) the
 reason it must be rejected with. A row is text, or bytes when its point is not being UTF-8.
 
-Coordinates are any finite numbers by default (DESIGN §1): the rows of
+Coordinates are any finite numbers by default (docs/design.md §1): the rows of
 :data:`OUTSIDE_WGS84_OBJECTS` and :data:`OUTSIDE_WGS84_EVENTS` (longitude -200, latitude 95,
 EPSG:3857 metres) are good unless the reader is given ``bounds = wgs84`` (``--bounds wgs84``).
 
@@ -65,7 +65,7 @@ OUTSIDE_WGS84_OBJECTS = [
 
 EVENTS_HEADER = "op\tid\tx\ty\tkeywords\tk\tt"
 # Every row of the events file in file order, with the reason it must be rejected with (a
-# substring) or None when it is good. Worked out by hand from DESIGN §1: within a timestamp
+# substring) or None when it is good. Worked out by hand from docs/design.md §1: within a timestamp
 # deletions apply before insertions, whatever the file order.
 EVENT_ROWS: list[tuple[str | bytes, str | None]] = [
     ("insert\t100\t-100\t40\tcafe\t3\t0", None),

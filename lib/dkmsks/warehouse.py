@@ -17,7 +17,7 @@ Everything a job, a command or a reader touches is a path derived here::
 Tables are addressed by path, not through a shared metastore: each Spark session registers
 them by path in its own catalog (:mod:`dkmsks.spark.catalog`), and the Spark-free readers and
 publishers (delta-rs) open the same paths. So any number of processes work on one warehouse
-at the same time (DESIGN §4 "Live operation").
+at the same time (docs/design.md §4 "Live operation").
 """
 
 from __future__ import annotations

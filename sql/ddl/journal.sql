@@ -4,7 +4,7 @@
 --   change  every result change (insert, update, delete) per timestamp: the result stream;
 --   final   the state row of every subscription the run touched (overlaid on knn_state
 --           until a compaction merges it there);
---   metric  per timestamp and worker: work counters and times (DESIGN §3 fact 4).
+--   metric  per timestamp and worker: work counters and times (docs/design.md §3 fact 4).
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   record STRING NOT NULL COMMENT 'ledger, change, final or metric',
   t BIGINT NOT NULL COMMENT 'timestamp (final: of the last change of the subscription)',

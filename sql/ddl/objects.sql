@@ -1,4 +1,4 @@
--- Landing table of published objects (DESIGN §6): one row per object id, first ingestion wins.
+-- Landing table of published objects (docs/design.md §6): one row per object id, first ingestion wins.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   id BIGINT NOT NULL COMMENT 'object id, unique across the stream',
   x DOUBLE NOT NULL COMMENT 'x coordinate: any finite number (degrees, projected metres, ...)',

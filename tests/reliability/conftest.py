@@ -16,7 +16,7 @@ from conftest import require_real_data
 
 from . import rel_harness as h
 
-#: The crash workload: tiny, real data (DESIGN §5 protocol at reduced rates).
+#: The crash workload: tiny, real data (docs/design.md §5 protocol at reduced rates).
 O_INIT, SUBSCRIPTIONS, TIMESTAMPS = 5000, 1000, 12
 OBJECTS_PER_TS, INSERTS_PER_TS, DELETES_PER_TS, K_MAX, SEED = 100, 10, 10, 5, 17
 WORKERS = 3

@@ -4,12 +4,12 @@ The heavy version is ``dkm bench backlog`` at the paper's rates (docs/reliabilit
 this test runs the same benchmark on 1,000 timestamps of 20 objects, 2 insertions and 2
 deletions each, and checks that the run ends well, that every timestamp is in the ledger
 exactly once, that the last timestamp equals the oracle, and that the per-timestamp work
-(pairs tested: noise-free, DESIGN §3 fact 4) is steady at the end of the run: the last 100
+(pairs tested: noise-free, docs/design.md §3 fact 4) is steady at the end of the run: the last 100
 timestamps cost no more than the 100 before them.
 
 Why not "first 100 vs last 100": the first timestamps are a transient. Initial subscriptions
 start with their exact kNN within ``O_init`` (small balls); a subscription inserted later
-starts empty and sees only the stream (DESIGN §1), 20 objects per timestamp here, so once the
+starts empty and sees only the stream (docs/design.md §1), 20 objects per timestamp here, so once the
 population has turned over, balls are larger and more pairs must be tested; and the stream
 reaches regions ``O_init`` did not cover (measured in memory on this workload, pairs tested per
 timestamp by window of 100: 47, 52, 50, 59, 52, 112, 150, 154, 153, 130; docs/reliability.md).

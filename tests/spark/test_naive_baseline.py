@@ -1,7 +1,7 @@
 """The naive Spark baseline of ``dkm bench pipeline`` computes exactly the oracle's results.
 
 The benchmark compares the pipeline with this baseline; the comparison is fair only if both
-compute the same thing (DESIGN §1), so the baseline is checked here at every timestamp.
+compute the same thing (docs/design.md §1), so the baseline is checked here at every timestamp.
 """
 
 from __future__ import annotations

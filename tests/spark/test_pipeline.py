@@ -436,7 +436,7 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
 
 
 def test_a_workload_in_projected_metres_equals_the_oracle(spark, fresh_db, tmp_path):
-    """DESIGN §1: coordinates are any finite numbers. A real-data workload moved to EPSG:3857
+    """docs/design.md §1: coordinates are any finite numbers. A real-data workload moved to EPSG:3857
     metres (issue 15: once refused row by row) is ingested without a rejection, partitioned and
     processed on Spark, and equals the oracle at every timestamp."""
     from conftest import projected_workload

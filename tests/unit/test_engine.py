@@ -105,7 +105,7 @@ def test_engine_equals_oracle_adversarial(method: str, m: int) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_engine_with_later_initial_phase(method: str) -> None:
-    """T0 > 0: O_init spans several timestamps (DESIGN §6)."""
+    """T0 > 0: O_init spans several timestamps (docs/design.md §6)."""
     objects, events = adversarial_case(77, timestamps=6)
     engine = make_engine(method, 3, objects, events, t0=2, grid=3)
     check_against_oracle(engine, objects, events, [3, 6], t0=2)
@@ -207,7 +207,7 @@ def test_deleting_an_unknown_subscription_is_an_error() -> None:
 
 
 def test_core_modules_read_no_clock_and_no_spark() -> None:
-    """DESIGN §4 / STYLE: the core is pure numpy; timing is injected by the caller."""
+    """docs/design.md §4 / STYLE: the core is pure numpy; timing is injected by the caller."""
     for name in ("engine.py", "update.py", "worker_index.py", "knn_state.py"):
         tree = ast.parse((CORE / name).read_text())
         imported = set()

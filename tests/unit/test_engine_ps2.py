@@ -1,6 +1,6 @@
 """PS²Stream (``ps2``) end to end in the in-memory engine: results equal the brute-force
 oracle for every worker count, with subscription insertions and deletions, on adversarial
-cases and on slices of both real data sets; the worker index's parts (PS2STREAM §3.4)."""
+cases and on slices of both real data sets; the worker index's parts (docs/design.md §2.5)."""
 
 from __future__ import annotations
 

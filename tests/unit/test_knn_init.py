@@ -1,4 +1,4 @@
-"""StaticKnnIndex: exact kNN within O_init against the brute-force oracle (DESIGN §1)."""
+"""StaticKnnIndex: exact kNN within O_init against the brute-force oracle (docs/design.md §1)."""
 
 from __future__ import annotations
 

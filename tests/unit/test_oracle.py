@@ -105,7 +105,7 @@ def test_inconsistent_events_are_refused_not_guessed():
 
 
 def tiny_reference(objs_rows, ev_rows, as_of, t0=0):
-    """Independent plain-Python implementation of DESIGN §1 on tuples."""
+    """Independent plain-Python implementation of docs/design.md §1 on tuples."""
     live = {}
     for t in sorted({r[6] for r in ev_rows if r[6] <= as_of}):
         for r in ev_rows:

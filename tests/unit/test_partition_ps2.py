@@ -1,4 +1,4 @@
-"""PS²Stream extended to kNN (PS2STREAM §3): split rules, counting, home, LPT on hand-made
+"""PS²Stream extended to kNN (docs/design.md §2.5): split rules, counting, home, LPT on hand-made
 inputs whose expected values are worked out in the comments; plan invariants against
 brute-force counts written here; the two-group greedy against a plain loop."""
 
@@ -388,7 +388,7 @@ def test_server_route_option() -> None:
     got = server.assign(new_subs([(7, 3, 5, [1]), (8, 1, 5, [0, 9]), (9, 2, 5, [5])]))
     assert got.tolist() == [1, 0, 0]
     assert server.load_weight.tolist() == [5, 4]
-    # A location outside the data space is clamped into it (DESIGN §1).
+    # A location outside the data space is clamped into it (docs/design.md §1).
     assert MainServer(plan, None, ps2_new="route").assign(new_subs([(7, 50, -9, [1])])).tolist() == [1]
     with pytest.raises(ValueError, match="ps2_new must be one of argmin, route"):
         MainServer(plan, None, ps2_new="home")

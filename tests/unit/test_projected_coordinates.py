@@ -1,6 +1,6 @@
 """A workload in projected metres (EPSG:3857) through ``dkm oracle`` and ``dkm simulate``.
 
-DESIGN §1: coordinates are any finite numbers. Issue 15 found such a workload refused row by
+docs/design.md §1: coordinates are any finite numbers. Issue 15 found such a workload refused row by
 row, and ``dkm oracle`` exiting 0 with 0 results. Now every row loads, the in-memory engine
 equals the oracle, and ``--bounds wgs84`` (a check the user asks for) refuses every row with a
 non-zero exit and one line naming the commonest reason.

@@ -52,7 +52,7 @@ def test_predicates_render_typed_values_only():
 def test_a_subscription_deleted_and_registered_again_at_one_timestamp_is_live(delete_first):
     # Deleted on worker 0 and registered again on worker 1 at t=4: two final records with
     # equal t, in whatever order the workers' rows were written. Deletions apply first within
-    # a timestamp (DESIGN §1), so the subscription is live on worker 1.
+    # a timestamp (docs/design.md §1), so the subscription is live on worker 1.
     records = [("delete", 0, None), ("upsert", 1, [31])]
     if not delete_first:
         records.reverse()

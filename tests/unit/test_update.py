@@ -135,7 +135,7 @@ def initial_worker(
 
 
 def apply_events(worker: Worker, events: SubscriptionEvents, t: int, *, in_batch: bool) -> None:
-    """Deletions then insertions of timestamp ``t`` (DESIGN §1)."""
+    """Deletions then insertions of timestamp ``t`` (docs/design.md §1)."""
     rows = np.flatnonzero(events.t == t)
     dels = rows[events.op[rows] == Op.DELETE]
     ins = rows[events.op[rows] == Op.INSERT]
@@ -180,13 +180,13 @@ def drive(
 
 def minimum_work(objects: Objects, events: SubscriptionEvents, t: int, *, t0: int = 0) -> int:
     """Pairs (object of ``t``, subscription live at ``t``) whose object lies in the ball at the
-    start of ``t`` — computed from the oracle only (DESIGN §3 fact 6 "minimum possible work")."""
+    start of ``t`` — computed from the oracle only (docs/design.md §3 fact 6 "minimum possible work")."""
     before = oracle_results(objects, events, t - 1, t0=t0)
     subs = live_subscriptions(events, t, t0=t0)
     new = np.flatnonzero(objects.t == t)
     count = 0
     for i, sid in enumerate(subs.ids.tolist()):
-        # Registered at t (possibly an id deleted earlier): starts empty (DESIGN §1).
+        # Registered at t (possibly an id deleted earlier): starts empty (docs/design.md §1).
         res = before.get(sid) if subs.t[i] < t else None
         k = int(subs.k[i])
         full = res is not None and len(res.object_ids) >= k
@@ -213,7 +213,7 @@ def test_adversarial_per_timestamp_equals_oracle(method: str, seed: int) -> None
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("batch", [2, 3, 7])
 def test_multi_timestamp_batches_equal_oracle(method: str, batch: int) -> None:
-    """DESIGN §3 fact 2: any grouping of timestamps gives the oracle's results."""
+    """docs/design.md §3 fact 2: any grouping of timestamps gives the oracle's results."""
     objects, events = adversarial_case(11 + batch, timestamps=7)
     drive(initial_worker(method, objects, events, grid=3), objects, events, batch=batch)
 

@@ -1,5 +1,5 @@
 """Worker indexes (core/worker_index.py): every kind × grid size equals the oracle, and no
-index ever loses an in-ball pair (DESIGN §3 fact 1). Expected values come from the oracle."""
+index ever loses an in-ball pair (docs/design.md §3 fact 1). Expected values come from the oracle."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
 
 
 def test_grid_finds_objects_outside_the_data_space() -> None:
-    """A point beyond the space (DESIGN §1) still reaches a ball that covers it."""
+    """A point beyond the space (docs/design.md §1) still reaches a ball that covers it."""
     objects = Objects.build(
         ids=[1, 2, 3, 4],
         x=[0.0, 1.0, 1.5, -3.0],
@@ -197,7 +197,7 @@ def test_real_data_slice_with_insertions_and_deletions(method: str, real_cache: 
     for grid in grids:
         worker = initial_worker(method, objects, events, grid=grid)
         drive(worker, objects, events, cache=real_cache["oracle"])
-    # Two timestamps per batch, too (DESIGN §3 fact 2).
+    # Two timestamps per batch, too (docs/design.md §3 fact 2).
     worker = initial_worker(method, objects, events, grid=32)
     drive(worker, objects, events, batch=2, cache=real_cache["oracle"])
 

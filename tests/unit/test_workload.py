@@ -1,4 +1,4 @@
-"""Generator statistics follow the paper's protocol (DESIGN §5)."""
+"""Generator statistics follow the paper's protocol (docs/design.md §5)."""
 
 from __future__ import annotations
 

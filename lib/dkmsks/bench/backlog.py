@@ -6,7 +6,7 @@ One command (issue 7, recorded in ``docs/reliability.md``)::
         [--timestamps 1000] [--workers 20] [--workdir .cache/bench-backlog]
 
 1. ``dkm generate`` a workload from the real Place data at the paper's per-timestamp rates
-   (DESIGN §5: 1,000 objects, 100 insertions, 100 deletions per timestamp);
+   (docs/design.md §5: 1,000 objects, 100 insertions, 100 deletions per timestamp);
 2. the ingest and partition jobs (``spark_apps/ingest.py``, ``spark_apps/partition.py``);
 3. ONE ``spark_apps/microbatch.py`` run over the whole backlog, as a subprocess whose process
    tree (driver, JVM, Python workers) is sampled for its peak resident memory; the run must

@@ -1,7 +1,7 @@
 """Benchmark of the in-memory core (the issue's protocol), written to ``docs/benchmarks.md``.
 
 Real Place data as ``O_init`` (``|O_init| = 1M``), ``|S| = 1M`` subscriptions generated the
-paper's way (DESIGN §5), ``m = 20``, ``θ = 20``, ``γ1 = 100,000``, ``γ2 = 20``, ``k_max = 10``;
+paper's way (docs/design.md §5), ``m = 20``, ``θ = 20``, ``γ1 = 100,000``, ``γ2 = 20``, ``k_max = 10``;
 then per timestamp 1,000 new objects, 100 insertions and 100 deletions, ``T = 20`` timestamps.
 
 Per run (median of ``--runs`` runs; the partition phase ``--partition-runs`` times):
@@ -15,7 +15,7 @@ Per run (median of ``--runs`` runs; the partition phase ``--partition-runs`` tim
   workers) and the minimum possible work (pairs whose object lies in the ball).
 
 Per-timestamp numbers are the median over the timestamps of a run, then the median over runs.
-Work counters are deterministic (DESIGN §3 fact 4), so runs repeat them exactly.
+Work counters are deterministic (docs/design.md §3 fact 4), so runs repeat them exactly.
 
 Every method runs with the main server's new-subscription estimate ``--new-cost`` (default
 ``live``, the ``dkm simulate`` default); ``--extras`` (default on) adds, for one run, DkM-SKS and

@@ -1,12 +1,12 @@
 """Timing of the O_init structures: ObjectStatistics (Eq. 1, 2, 4) and StaticKnnIndex.
 
 Not a test. Loads the first ``--objects`` rows of the real Place data, generates
-``--subscriptions`` subscriptions the paper's way (DESIGN §5: the location of a random object,
+``--subscriptions`` subscriptions the paper's way (docs/design.md §5: the location of a random object,
 1-5 of its keywords, ``k`` uniform in ``[1, 10]``) and prints the median of ``--runs`` runs of
 
 - building the statistics, ``--rects`` rectangle counts (Eq. 2), as many keyword-rectangle
   counts (Eq. 4);
-- building the kNN index, the exact kNN of every subscription (DESIGN §3 fact 5).
+- building the kNN index, the exact kNN of every subscription (docs/design.md §3 fact 5).
 
 Rectangles are centred on random objects with a log-uniform half-size from 1e-3 to 1 degree
 (city block to region); each keyword-rectangle query uses one keyword of the centre object.

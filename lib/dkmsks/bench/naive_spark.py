@@ -1,9 +1,9 @@
 """The naive Spark approach to spatial-keyword kNN monitoring: the baseline of ``dkm bench pipeline``.
 
-What a Spark user would write without this system (DESIGN §3 fact 6): keep every live
+What a Spark user would write without this system (docs/design.md §3 fact 6): keep every live
 subscription in a Delta table exploded by keyword, and for each timestamp
 
-1. apply the subscription events of ``t`` (deletions, then insertions; DESIGN §1 order);
+1. apply the subscription events of ``t`` (deletions, then insertions; docs/design.md §1 order);
 2. explode the keywords of the objects of ``t`` and join them with the subscription table on
    keyword (no spatial pruning), keep distinct (subscription, object) pairs, compute ``d²``;
 3. union these candidates with the current results of the touched subscriptions, rank with
@@ -118,7 +118,7 @@ def naive_initial(spark: SparkSession, t0: int = 0) -> NaiveStep:
     t0 = int(t0)
     _create_tables(spark)
     started = time.perf_counter()
-    # Replays every initial event in timestamp order (DESIGN §1): the generator registers all
+    # Replays every initial event in timestamp order (docs/design.md §1): the generator registers all
     # initial subscriptions at t0, but a file may carry earlier events.
     for row in run_sql(spark, "bench/naive_initial_timestamps.sql", t0=t0).collect():
         _apply_events(spark, int(row.t))

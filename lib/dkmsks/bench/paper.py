@@ -1,4 +1,4 @@
-"""The paper's experiments (§6 of Tsuruoka et al.; DESIGN §5) on the in-memory engine.
+"""The paper's experiments (§6 of Tsuruoka et al.; docs/design.md §5) on the in-memory engine.
 
 A run is a list of *points*. A point is one method's stream over one workload: the data set,
 ``|O_init|``, ``|S|``, ``k_max`` and the seed fix the workload (the paper's protocol,
@@ -17,7 +17,7 @@ its generation, the exact kNN within ``O_init`` and the statistics; points shari
 ``(method, m)`` share the partition plan (it does not depend on ``new_cost``).
 
 Times are wall-clock on this machine (``time.perf_counter``); the work counters (pairs tested
-per worker, pairs inside the ball) are deterministic (DESIGN §3 fact 4).
+per worker, pairs inside the ball) are deterministic (docs/design.md §3 fact 4).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 
 from dkmsks.bench.common import REPO, available_memory_gib, dataset_path, load_average, load_objects, provenance, say
 
-#: Methods with the new-subscription estimate of their main server (DESIGN §2): ours
+#: Methods with the new-subscription estimate of their main server (docs/design.md §2): ours
 #: (``live``) for all three, and the paper's Eq. 7 / Eq. 2 estimate for DkM-SKS and SOP.
 VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
     ("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"), ("sop", "paper"),
@@ -452,7 +452,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     q = argparse.ArgumentParser(
         prog="dkm bench paper",
         description=(
-            "Runs the paper's protocol (DESIGN §5) on the real Place data and the Twitter stand-in "
+            "Runs the paper's protocol (docs/design.md §5) on the real Place data and the Twitter stand-in "
             "for KOP, SOP and DkM-SKS with the in-memory engine (m simulated workers): update time "
             "over time (Fig. 7), the impact of m (Fig. 8), |S| (Fig. 9) and k_max (Fig. 10), load "
             "balance (Table 2) and the kNN update / insertion / deletion split (Table 3), each with "

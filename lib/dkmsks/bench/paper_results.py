@@ -2,7 +2,7 @@
 
 Metrics follow the paper (§6 "Criteria"): *update time* = kNN update (slowest worker) +
 insertion + deletion per timestamp, averaged; *load balance* = per timestamp the max − min worker
-finishing time, averaged. Beside them the deterministic work counters (DESIGN §3 fact 4).
+finishing time, averaged. Beside them the deterministic work counters (docs/design.md §3 fact 4).
 Nothing here measures: rerunning the report only reads the store.
 """
 

@@ -2,7 +2,7 @@
 
 One command, one Spark session (``local[2]`` by default), one warehouse under ``--workdir``:
 
-1. generate the paper workload from the real Place data (DESIGN §5: ``|O_init| = 1M``,
+1. generate the paper workload from the real Place data (docs/design.md §5: ``|O_init| = 1M``,
    ``|S| = 1M``, per timestamp 1,000 objects / 100 insertions / 100 deletions, ``k_max = 10``)
    and ingest it into the Delta landing tables (ingest time reported on its own);
 2. the partition job (DkM-SKS defaults: ``m = 20``, ``γ1 = 100,000``, ``γ2 = 20``, grid 16,384);

@@ -1,4 +1,4 @@
-"""``dkm generate``: the paper's workload (DESIGN §5) from a real objects file."""
+"""``dkm generate``: the paper's workload (docs/design.md §5) from a real objects file."""
 
 from __future__ import annotations
 

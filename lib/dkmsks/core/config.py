@@ -51,7 +51,7 @@ class _Choice(str, Enum):
 
 
 class Method(_Choice):
-    """The partitioners (DESIGN §2): KOP, SOP, DkM-SKS and PS²Stream extended to kNN (§2.5)."""
+    """The partitioners (docs/design.md §2): KOP, SOP, DkM-SKS and PS²Stream extended to kNN (§2.5)."""
 
     KOP = "kop"
     SOP = "sop"
@@ -69,7 +69,7 @@ class Method(_Choice):
 
 
 class Ps2New(_Choice):
-    """Where ``ps2`` puts a new subscription (DESIGN §2.5): the worker with the lowest count
+    """Where ``ps2`` puts a new subscription (docs/design.md §2.5): the worker with the lowest count
     (``argmin``, the method's rule) or its home leaf's worker (``route``, an option)."""
 
     ARGMIN = "argmin"
@@ -81,7 +81,7 @@ class Ps2New(_Choice):
 
 
 class NewCost(_Choice):
-    """How the main server costs a new subscription (DESIGN §2, :mod:`~dkmsks.core.partition.server`).
+    """How the main server costs a new subscription (docs/design.md §2, :mod:`~dkmsks.core.partition.server`).
 
     ``live``: over its actual ball (the whole space until it has ``k`` results), re-estimated
     as the ball shrinks — the project's default. ``paper``: the paper's estimate from its ball
@@ -176,7 +176,7 @@ _BY_NAME = {p.name: p for p in PARAMETERS}
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
-    """The tuning parameters of one partition plan (DESIGN §2), validated on construction.
+    """The tuning parameters of one partition plan (docs/design.md §2), validated on construction.
 
     Values may be given as strings (from flags, forms or JSON); they are converted to the
     declared types, and a bad one raises :class:`ValueError` with the parameter's name.

@@ -1,17 +1,17 @@
 """In-memory engine: the whole DkM-SKS protocol in one process with ``m`` simulated workers.
 
-The engine plays the main server and the workers of the paper (§3, §4; DESIGN §4 "System
+The engine plays the main server and the workers of the paper (§3, §4; docs/design.md §4 "System
 shape"): after the initial phase each initial subscription sits on the worker chosen by the
 partition plan with its exact kNN within ``O_init`` as state. Then, per timestamp ``t``
-(DESIGN §1 order): deletions (each worker drops the ids it holds, the main server updates
+(docs/design.md §1 order): deletions (each worker drops the ids it holds, the main server updates
 ``C(w)``), insertions (the main server assigns each new subscription to a worker; it starts
 with an empty result), and the new objects, handed to every worker. With a main server that
 re-estimates costs as balls shrink (``MainServer(new_cost="live")``, see :class:`Refresher`),
 the engine then reports every subscription whose result changed, with its new radius², so the
 server's ``C(w)`` follows the actual balls of new subscriptions (``time_refresh``).
 
-Per timestamp it records the paper's metrics (DESIGN §5): update time split into kNN update /
-insertion / deletion, per-worker time and work (pairs tested, DESIGN §3 fact 4), the load
+Per timestamp it records the paper's metrics (docs/design.md §5): update time split into kNN update /
+insertion / deletion, per-worker time and work (pairs tested, docs/design.md §3 fact 4), the load
 balance (max − min worker time; max / mean work) and the minimum possible work (pairs whose
 object lies in the subscription's ball, equal for every index).
 
@@ -52,7 +52,7 @@ Clock = Callable[[], float]
 
 
 class Assigner(Protocol):
-    """The main server's side of insertions and deletions (DESIGN §2 "new subscription");
+    """The main server's side of insertions and deletions (docs/design.md §2 "new subscription");
     :class:`dkmsks.core.partition.MainServer` is one.
 
     ``assign`` returns a worker (``0..m-1``) per new subscription. ``delete`` forgets ids and
@@ -78,7 +78,7 @@ class Refresher(Protocol):
 
 @dataclass
 class TimestampMetrics:
-    """What one timestamp cost (DESIGN §5 metrics, §3 fact 4 counters)."""
+    """What one timestamp cost (docs/design.md §5 metrics, §3 fact 4 counters)."""
 
     t: int
     n_objects: int
@@ -152,9 +152,9 @@ class Engine:
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"``, ``"dkm"`` (DESIGN §2) or ``"ps2"`` (PS2STREAM §3).
+        ``"kop"``, ``"sop"``, ``"dkm"`` (docs/design.md §2) or ``"ps2"`` (docs/design.md §2.5).
     space
-        Data space fixed at partition time (DESIGN §1).
+        Data space fixed at partition time (docs/design.md §1).
     workers
         ``m``.
     assigner
@@ -228,14 +228,14 @@ class Engine:
     def step(
         self, t: int, deletions: npt.ArrayLike, insertions: Subscriptions, objects: Objects
     ) -> TimestampMetrics:
-        """Process timestamp ``t``: deletions, insertions, then objects (DESIGN §1)."""
+        """Process timestamp ``t``: deletions, insertions, then objects (docs/design.md §1)."""
         if self.last_t is not None and t <= self.last_t:
             raise ValueError(f"timestamp {t} is not after the last processed one ({self.last_t})")
         clock = self.clock
         wall0 = clock()
         dels = np.asarray(deletions, dtype=np.int64)
 
-        # The protocol of DESIGN §1 (dkmsks.core.protocol). Main-server parts run in sequence;
+        # The protocol of docs/design.md §1 (dkmsks.core.protocol). Main-server parts run in sequence;
         # the workers' parts run in parallel in the real system, so (as for the kNN update)
         # the slowest worker's part counts.
         m = self.m
@@ -263,7 +263,7 @@ class Engine:
         ins_wt = np.zeros(m)
         for w in np.unique(routed_ins.workers).tolist():
             c0 = clock()
-            # A new subscription starts with an empty result (DESIGN §1).
+            # A new subscription starts with an empty result (docs/design.md §1).
             add_insertions(self.workers[w], w, routed_ins)
             ins_wt[w] = clock() - c0
         time_insert = server_ins + float(ins_wt.max())
@@ -361,10 +361,10 @@ class Engine:
 def initial_phase(
     objects: Objects, events: SubscriptionEvents, t0: int = 0
 ) -> tuple[Objects, Subscriptions]:
-    """``O_init`` (objects with ``t <= t0``) and the initial subscriptions (DESIGN §6).
+    """``O_init`` (objects with ``t <= t0``) and the initial subscriptions (docs/design.md §6).
 
     An initial subscription is one whose last event with ``t <= t0`` is an insertion (within a
-    timestamp deletions come first, DESIGN §1). Its registration time becomes
+    timestamp deletions come first, docs/design.md §1). Its registration time becomes
     :data:`~dkmsks.core.oracle.INITIAL_REGISTRATION`: all of ``O_init`` qualifies for it
     (paper §3, initial phase). Vectorised; the readers have already validated the events.
     """
@@ -405,8 +405,8 @@ def build_engine(
     budget: int = DEFAULT_BUDGET,
     **index_options: float,
 ) -> tuple[Engine, Setup]:
-    """The initial phase end to end: ``O_init`` and ``S`` (DESIGN §6), their exact kNN within
-    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``config.method`` (DESIGN §2)
+    """The initial phase end to end: ``O_init`` and ``S`` (docs/design.md §6), their exact kNN within
+    ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``config.method`` (docs/design.md §2)
     (§2.5 for ``ps2``) and its main server (``config.new_cost``: how it estimates new subscriptions,
     see :mod:`dkmsks.core.partition.server`; ``config.ps2_new``: where ``ps2`` sends them), and an :class:`Engine` loaded with every initial
     subscription.

@@ -1,16 +1,16 @@
 """Exact kNN of many subscriptions within a static object set (``O_init``).
 
-The initial phase (paper §3; DESIGN §1 "Initial phase") needs the exact kNN within ``O_init``
+The initial phase (paper §3; docs/design.md §1 "Initial phase") needs the exact kNN within ``O_init``
 of every initial subscription: it is their state at partition time and gives the balls
 ``B(s)`` whose rectangles ``R`` drive SOP's Eq. 2–3 and DkM-SKS's Eq. 4–7. New subscriptions
-need the same query for their cost estimate (DESIGN §2).
+need the same query for their cost estimate (docs/design.md §2).
 
 Result layout used across the core ("kNN matrices"): for ``n`` subscriptions and a width
 ``K >= max(k)``, ``ids`` is int64 ``[n, K]`` and ``d2`` float64 ``[n, K]``; row ``i`` holds
 the ``min(k_i, |O(s_i)|)`` best objects ordered by ``(d², object id)``, padded with ``-1``
 and ``+inf``. The ball radius² of row ``i`` is ``d2[i, k_i - 1]`` (``inf`` while not full).
 
-How it is computed (DESIGN §3 fact 5)
+How it is computed (docs/design.md §3 fact 5)
 -------------------------------------
 With OR semantics ``O(s)`` is the union of the keyword postings ``O_λ``, ``λ ∈ s.ψ``, so the
 top-k of ``s`` is the top-k of the union of its per-keyword top-k lists. Each keyword with
@@ -18,7 +18,7 @@ many objects gets its own ``scipy.spatial.cKDTree``; all (subscription, keyword)
 keyword are answered by a single batched tree query. Keywords with few objects are brute
 forced (one small dense matrix per batch), which is cheaper than a tree query.
 
-Exactness (DESIGN §1) needs care beyond a plain tree query:
+Exactness (docs/design.md §1) needs care beyond a plain tree query:
 
 - ``d²`` is recomputed here as ``dx*dx + dy*dy`` with ``dx = o.x - s.x`` (the oracle's float64
   expression, bit for bit); the tree's own distances are only used as a bound.
@@ -77,7 +77,7 @@ def _ranked(d2: Float64Array, ranks: Int64Array) -> Complex128Array:
 
 
 class StaticKnnIndex:
-    """Per-keyword spatial index over a static object set (DESIGN §3 fact 5).
+    """Per-keyword spatial index over a static object set (docs/design.md §3 fact 5).
 
     Objects are held in id order: an object's *rank* (its row in id order) is the tie-break
     key, so "smaller rank" means "smaller id".
@@ -468,7 +468,7 @@ class StaticKnnIndex:
     def _merge(
         self, result: Complex128Array, lists: Complex128Array, owner: Int64Array, k: Int64Array
     ) -> None:
-        """Top-k of the union of each subscription's per-keyword lists (DESIGN §3 fact 5)."""
+        """Top-k of the union of each subscription's per-keyword lists (docs/design.md §3 fact 5)."""
         kmax = lists.shape[1]
         n = result.shape[0]
         n_lists = np.bincount(owner, minlength=n)

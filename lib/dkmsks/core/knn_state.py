@@ -1,6 +1,6 @@
 """Per-worker kNN state: the exact result ``A(s)`` of every subscription a worker holds.
 
-The state is a set of flat numpy columns indexed by a *row* number (DESIGN §3 fact 6: no
+The state is a set of flat numpy columns indexed by a *row* number (docs/design.md §3 fact 6: no
 per-subscription Python objects). Rows hold the subscription itself (id, location, ``k``,
 registration time, keywords) and its current result as one row of the "kNN matrices"
 (:mod:`dkmsks.core.knn_init`): ``ids[row, :]`` int64 and ``d2[row, :]`` float64 ordered by
@@ -10,13 +10,13 @@ Rows are recycled: removing a subscription frees its row for the next insertion.
 refer to rows must therefore never trust a row number alone; they keep a per-row epoch that
 they bump when a row is freed (see :mod:`dkmsks.core.worker_index`).
 
-Deletions inside a multi-timestamp batch (DESIGN §3 fact 2) use a *liveness interval*:
+Deletions inside a multi-timestamp batch (docs/design.md §3 fact 2) use a *liveness interval*:
 ``remove(ids, t=T)`` keeps the row answering objects with ``o.t < T`` and frees it once the
 worker has seen objects up to ``T`` (its *watermark*).
 
 References
 ----------
-Paper §3 (initial phase, kNN matrices of the initial subscriptions); DESIGN §1 (semantics).
+Paper §3 (initial phase, kNN matrices of the initial subscriptions); docs/design.md §1 (semantics).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class KnnState:
     -----
     Public arrays are views of the first :attr:`n_rows` rows; rows with ``in_use == False`` are
     free. ``end_t`` is :data:`NEVER` for a live subscription and the deletion timestamp for a
-    retiring one (deleted inside the current batch, DESIGN §3 fact 2).
+    retiring one (deleted inside the current batch, docs/design.md §3 fact 2).
     """
 
     def __init__(self, width: int = 1, capacity: int = 16) -> None:
@@ -144,7 +144,7 @@ class KnnState:
         return self.d2[rows, kk], self.ids[rows, kk]
 
     def radius2(self, rows: Int64Array) -> Float64Array:
-        """Squared ball radius of each row (``inf`` while ``|A(s)| < k``; DESIGN §1)."""
+        """Squared ball radius of each row (``inf`` while ``|A(s)| < k``; docs/design.md §1)."""
         return self.kth(rows)[0]
 
     def keywords_of(self, rows: Int64Array) -> KeywordSets:
@@ -253,7 +253,7 @@ class KnnState:
         knn
             Initial state as kNN matrices ``(ids[n, W], d2[n, W])`` (the exact kNN within
             ``O_init`` of initial subscriptions), or ``None`` for an empty result: a
-            subscription registered after the initial phase starts empty (DESIGN §1).
+            subscription registered after the initial phase starts empty (docs/design.md §1).
 
         Raises
         ------
@@ -304,7 +304,7 @@ class KnnState:
         With ``t=None`` the rows are freed at once. With ``t`` given (a deletion at timestamp
         ``t`` inside a batch still to be processed), the id is released at once (it may be
         registered again) but the row keeps answering objects with ``o.t < t`` until the
-        watermark reaches ``t`` (DESIGN §3 fact 2).
+        watermark reaches ``t`` (docs/design.md §3 fact 2).
         """
         rows = self.rows_of(sub_ids)
         rows = rows[rows >= 0]
@@ -355,7 +355,7 @@ class KnnState:
 
     # ------------------------------------------------------------------ export / import
     def results(self) -> Results:
-        """``A(s)`` of every live subscription (DESIGN §1), keyed by subscription id."""
+        """``A(s)`` of every live subscription (docs/design.md §1), keyed by subscription id."""
         out: Results = {}
         for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist()):
             kk = int(self.k[row])

@@ -5,7 +5,7 @@ keyword sets as one CSR pair (``ptr``, ``ids``) so that millions of rows cost a 
 not millions of Python objects. Keywords are small integers handed out by a
 :class:`Vocabulary`; the strings only matter at the edges (readers, exports).
 
-Semantics follow DESIGN §1: an object is ``(id, x, y, keywords, t)``, a subscription
+Semantics follow docs/design.md §1: an object is ``(id, x, y, keywords, t)``, a subscription
 ``(id, x, y, keywords, k, t)`` with OR keywords and ``k >= 1``.
 """
 
@@ -117,7 +117,7 @@ class KeywordSets:
 
 @dataclass(frozen=True)
 class Objects:
-    """Geo-tagged objects (DESIGN §1), one row each."""
+    """Geo-tagged objects (docs/design.md §1), one row each."""
 
     ids: Int64Array
     x: Float64Array
@@ -164,7 +164,7 @@ class Objects:
 
 @dataclass(frozen=True)
 class Subscriptions:
-    """Registered subscriptions (DESIGN §1): OR keywords, ``k >= 1``, registration time ``t``."""
+    """Registered subscriptions (docs/design.md §1): OR keywords, ``k >= 1``, registration time ``t``."""
 
     ids: Int64Array
     x: Float64Array
@@ -346,7 +346,7 @@ class Rect:
 
 
 def data_space(objects: Objects, subscriptions: Subscriptions) -> Rect:
-    """The bounding box of ``O_init`` and the initial subscriptions (DESIGN §1)."""
+    """The bounding box of ``O_init`` and the initial subscriptions (docs/design.md §1)."""
     xs = np.concatenate([objects.x, subscriptions.x])
     ys = np.concatenate([objects.y, subscriptions.y])
     if xs.size == 0:

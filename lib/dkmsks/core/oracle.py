@@ -1,4 +1,4 @@
-"""Brute-force oracle: the exact results of DESIGN §1, computed the slow, obvious way.
+"""Brute-force oracle: the exact results of docs/design.md §1, computed the slow, obvious way.
 
 Every fast path (each partitioner, worker count, index, the Spark pipeline) is tested
 against this module, so it favours clarity over speed and shares no code with them beyond
@@ -18,7 +18,7 @@ from dkmsks.core.model import (
     SubscriptionEvents,
 )
 
-#: Registration time given to initial subscriptions: they see all of ``O_init`` (DESIGN §1,
+#: Registration time given to initial subscriptions: they see all of ``O_init`` (docs/design.md §1,
 #: "the initial subscriptions S are registered at timestamp 0, then O_init arrives").
 INITIAL_REGISTRATION = np.iinfo(np.int64).min
 
@@ -26,7 +26,7 @@ INITIAL_REGISTRATION = np.iinfo(np.int64).min
 def live_subscriptions(events: SubscriptionEvents, as_of: int, *, t0: int = 0) -> Subscriptions:
     """Subscriptions live after every event with ``t <= as_of`` has been applied.
 
-    Within a timestamp, deletions apply before insertions (DESIGN §1), whatever their order
+    Within a timestamp, deletions apply before insertions (docs/design.md §1), whatever their order
     in ``events``. Subscriptions registered at ``t <= t0`` are initial: their registration
     time becomes :data:`INITIAL_REGISTRATION` so that all of ``O_init`` qualifies.
 
@@ -85,5 +85,5 @@ def brute_force_knn(objects: Objects, subs: Subscriptions, as_of: int) -> Result
 def oracle_results(
     objects: Objects, events: SubscriptionEvents, as_of: int, *, t0: int = 0
 ) -> Results:
-    """The exact results of every live subscription at timestamp ``as_of`` (DESIGN §1)."""
+    """The exact results of every live subscription at timestamp ``as_of`` (docs/design.md §1)."""
     return brute_force_knn(objects, live_subscriptions(events, as_of, t0=t0), as_of)

@@ -1,7 +1,7 @@
 """The per-timestamp protocol, written once for the in-memory engine and the Spark path.
 
-Within a timestamp ``t`` (DESIGN §1): subscription deletions, then insertions, then objects.
-The work splits between the main server and the workers (DESIGN §4):
+Within a timestamp ``t`` (docs/design.md §1): subscription deletions, then insertions, then objects.
+The work splits between the main server and the workers (docs/design.md §4):
 
 1. :func:`route_timestamp` (:func:`route_deletions`, :func:`route_insertions`) — the main server forgets the deleted subscriptions (subtracting
    their costs from ``C(w)``) and names the worker holding each, then assigns every new
@@ -122,7 +122,7 @@ def route_timestamp(
 def remove_deletions(worker: Any, worker_id: int, routed: RoutedDeletions, *, at_t: bool = False) -> int:
     """Step 2a (module doc) on one :class:`~dkmsks.core.update.Worker`: drop the deletions
     routed to ``worker_id`` (or to every worker). ``at_t``: remove as of ``routed.t``, for a
-    worker that probes several timestamps at once (DESIGN §3 fact 2). Returns how many it held."""
+    worker that probes several timestamps at once (docs/design.md §3 fact 2). Returns how many it held."""
     mine = (routed.workers == worker_id) | (routed.workers < 0)
     if not mine.any():
         return 0
@@ -132,7 +132,7 @@ def remove_deletions(worker: Any, worker_id: int, routed: RoutedDeletions, *, at
 def add_insertions(worker: Any, worker_id: int, routed: RoutedInsertions) -> Int64Array:
     """Step 2b (module doc): register the new subscriptions assigned to ``worker_id`` with an
     empty result; the worker indexes each by its actual ball (the whole space until it has
-    ``k`` results; DESIGN §2). Returns their rows in ``routed.subs``."""
+    ``k`` results; docs/design.md §2). Returns their rows in ``routed.subs``."""
     rows = np.flatnonzero(routed.workers == worker_id)
     if rows.shape[0]:
         worker.add(routed.subs.take(rows), None)
@@ -140,7 +140,7 @@ def add_insertions(worker: Any, worker_id: int, routed: RoutedInsertions) -> Int
 
 
 def ball_radius2(d2: Float64Array, k: npt.ArrayLike) -> Float64Array:
-    """Squared ball radius of each row of a kNN matrix: ``d2[i, k_i - 1]`` (DESIGN §1).
+    """Squared ball radius of each row of a kNN matrix: ``d2[i, k_i - 1]`` (docs/design.md §1).
 
     Rows are padded with ``inf``, so a row with fewer than ``k`` results gives ``inf``; a
     matrix narrower than ``k`` also means "not full".

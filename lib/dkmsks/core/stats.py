@@ -2,7 +2,7 @@
 
 The partitioners ask millions of counting questions about the static set ``O_init``:
 ``|O_λ|`` (Eq. 1), ``|O_R|`` for a rectangle ``R`` (Eq. 2) and ``|O_{R,λ}|`` (Eq. 4). All
-three are answered *exactly* (DESIGN §1: results never rest on approximations, and exact
+three are answered *exactly* (docs/design.md §1: results never rest on approximations, and exact
 counts keep every run reproducible) and in vectorised batches.
 
 How the rectangle counts work

@@ -3,19 +3,19 @@
 Given a batch of new objects (one or many timestamps), a worker:
 
 1. asks its index for candidate ``(object, subscription row)`` pairs (paper §3.1, §3.2, §4.3
-   "kNN update"; the index may over-approximate balls, DESIGN §3 fact 1);
-2. keeps the pairs whose subscription is live at ``o.t`` (``s.t <= o.t < end``, DESIGN §1);
+   "kNN update"; the index may over-approximate balls, docs/design.md §3 fact 1);
+2. keeps the pairs whose subscription is live at ``o.t`` (``s.t <= o.t < end``, docs/design.md §1);
 3. accepts a pair when the result is not full or ``(d², o.id) < (d², id)`` of the current k-th
    result, with ``d² = dx*dx + dy*dy`` in float64 exactly as the oracle computes it;
 4. merges all accepted pairs at once: per affected row, the current result and its accepted
    objects are sorted by ``(row, d², id)`` and the first ``k`` kept.
 
 Every candidate is tested against the state *before* the batch. That is exact for any batch
-of timestamps (DESIGN §3 fact 2: with insert-only objects the top-k of a union is the top-k of
+of timestamps (docs/design.md §3 fact 2: with insert-only objects the top-k of a union is the top-k of
 the merged top-ks, and an object that does not beat the old k-th cannot be in the new top-k),
 and it makes the counters independent of how the batch is chunked.
 
-Work counters (DESIGN §3 fact 4) are deterministic:
+Work counters (docs/design.md §3 fact 4) are deterministic:
 
 - ``pairs_tested``: candidate pairs produced by the index (a subscription sharing ``j`` keywords
   with an object is produced ``j`` times, as by the inverted files of the paper);
@@ -40,7 +40,7 @@ from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, 
 
 @dataclass
 class UpdateStats:
-    """Deterministic work counters of one :func:`process_batch` call (DESIGN §3 fact 4)."""
+    """Deterministic work counters of one :func:`process_batch` call (docs/design.md §3 fact 4)."""
 
     objects: int = 0
     pairs_tested: int = 0
@@ -147,7 +147,7 @@ def process_batch(
     *,
     budget: int = DEFAULT_BUDGET,
 ) -> UpdateStats:
-    """Exact kNN update of one worker for a batch of objects (DESIGN §1, §3 fact 2).
+    """Exact kNN update of one worker for a batch of objects (docs/design.md §1, §3 fact 2).
 
     The index is not told about shrunken balls here; :meth:`Worker.process` does that.
     """
@@ -204,7 +204,7 @@ def process_stepwise(
     """Exact kNN update for objects of several timestamps, one probe for all of them.
 
     The index is probed once for the whole batch and every candidate tested against the
-    state before the batch (exact, DESIGN §3 fact 2: the accepted pairs hold every object
+    state before the batch (exact, docs/design.md §3 fact 2: the accepted pairs hold every object
     that enters a result during the batch). The accepted pairs are then merged one timestamp
     at a time, in order, yielding after each, so the caller sees the state after every
     timestamp — per-timestamp result changes at the probe cost of one batch. ``objects`` must
@@ -260,10 +260,10 @@ class Worker:
     Parameters
     ----------
     method
-        ``"kop"``, ``"sop"``, ``"dkm"`` or ``"ps2"`` — selects the index kind (DESIGN §2,
-        PS2STREAM §3.4).
+        ``"kop"``, ``"sop"``, ``"dkm"`` or ``"ps2"`` — selects the index kind (docs/design.md §2,
+        docs/design.md §2.5).
     space
-        The data space fixed at partition time (DESIGN §1; used by the grid).
+        The data space fixed at partition time (docs/design.md §1; used by the grid).
     grid
         ``G`` of the DkM-SKS grid.
     budget
@@ -273,10 +273,10 @@ class Worker:
 
     Notes
     -----
-    Protocol per timestamp (DESIGN §1): :meth:`remove` (deletions), :meth:`add` (insertions),
+    Protocol per timestamp (docs/design.md §1): :meth:`remove` (deletions), :meth:`add` (insertions),
     then :meth:`process` (objects). For a batch of several timestamps, pass each deletion's
     timestamp to :meth:`remove` and register insertions with their ``t``: every object is then
-    tested only against subscriptions live at ``o.t`` (DESIGN §3 fact 2). Objects must arrive
+    tested only against subscriptions live at ``o.t`` (docs/design.md §3 fact 2). Objects must arrive
     in non-decreasing ``t`` across calls.
     """
 

@@ -1,12 +1,12 @@
 """Worker indexes: candidate (object, subscription) pairs for a batch of new objects.
 
-One kind per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3; PS2STREAM §3.4):
+One kind per partitioning method (docs/design.md §2, paper §3.1, §3.2, §4.3; docs/design.md §2.5):
 
 - :class:`KopIndex` — one inverted file keyword → subscription rows (paper §3.1, "kNN update");
 - :class:`SopIndex` — per region subset its rectangle ``R`` and an inverted file; an object
   probes only the subsets whose ``R`` contains it (paper §3.2);
 - :class:`Ps2Index` — PS²Stream: SOP's layout with one part per home leaf and one overflow
-  part for new subscriptions (PS2STREAM §3.4);
+  part for new subscriptions (docs/design.md §2.5);
 - :class:`GridIndex` — DkM-SKS: a ``G × G`` grid over the data space, per cell an inverted file
   of every subscription whose ball overlaps the cell (paper §4.3), with coarser levels for
   large balls.
@@ -14,7 +14,7 @@ One kind per partitioning method (DESIGN §2, paper §3.1, §3.2, §4.3; PS2STRE
 All of them are flat numpy structures built on :class:`Postings` (sorted keys + CSR of rows,
 answered with ``searchsorted``) plus a small unsorted *delta* for recent insertions, merged
 into the sorted part when it grows. None is ever allowed to *under*-approximate a ball; they
-may over-approximate it (DESIGN §3 fact 1), which is what makes every maintenance step lazy:
+may over-approximate it (docs/design.md §3 fact 1), which is what makes every maintenance step lazy:
 
 - deleting a subscription only bumps its row's *epoch*: entries carrying an older epoch are
   dropped at lookup time and physically removed at the next merge;
@@ -22,7 +22,7 @@ may over-approximate it (DESIGN §3 fact 1), which is what makes every maintenan
   too-large ``R`` (SOP); the grid re-indexes a row only once its radius has halved, SOP
   recomputes its rectangles after each batch.
 
-Points outside the data space (DESIGN §1) are not clamped into its boundary cells: the grid
+Points outside the data space (docs/design.md §1) are not clamped into its boundary cells: the grid
 keeps a second, hashed lattice for them (see :class:`GridIndex`), so a region the stream reaches
 only later (e.g. Alaska when ``O_init`` held none of it) is not collapsed into one corner cell
 whose inverted file then holds every subscription there. Every radius used for indexing is
@@ -108,7 +108,7 @@ class Postings:
     """A multimap ``int64 key → (row, epoch)``: a sorted CSR part plus an unsorted delta.
 
     Entries whose epoch differs from the index's current epoch of their row are stale and are
-    skipped by :meth:`pairs` (DESIGN §3 fact 1: stale entries only ever add candidates that the
+    skipped by :meth:`pairs` (docs/design.md §3 fact 1: stale entries only ever add candidates that the
     caller would reject anyway — here they are even filtered before the distance test).
     """
 
@@ -369,7 +369,7 @@ class KopIndex(_PostingsIndex):
 class SopIndex(_PostingsIndex):
     """SOP worker index: per region subset its ``R`` and an inverted file (paper §3.2).
 
-    ``R`` of a subset is the MBR of its members' balls (DESIGN §1). It is *not* clipped to the
+    ``R`` of a subset is the MBR of its members' balls (docs/design.md §1). It is *not* clipped to the
     data space here: the index must also find objects outside the data space that fall in a
     ball (clipping matters only for the cost model). A new subscription's ball is infinite, so
     its subset's ``R`` becomes the whole plane until :meth:`maintain` recomputes it from the
@@ -528,7 +528,7 @@ class SopIndex(_PostingsIndex):
 
 
 class Ps2Index(SopIndex):
-    """PS²Stream worker index (PS2STREAM §3.4): SOP's layout over the subscriptions' balls.
+    """PS²Stream worker index (docs/design.md §2.5): SOP's layout over the subscriptions' balls.
 
     Initial subscriptions are grouped by their home leaf (the plan's ``subset``, passed as
     ``groups``); every subscription added without a group — all new ones (§3.6), and initial
@@ -536,7 +536,7 @@ class Ps2Index(SopIndex):
     Each part has an inverted file and ``R``, the MBR of its members' current balls, which is
     *not* the leaf's cell: balls reach past cells. As in :class:`SopIndex`, ``R`` grows at
     once when a ball is added and shrinks lazily, and is not clipped to the data space so that
-    objects outside it still find the balls that reach them (DESIGN §3 fact 1).
+    objects outside it still find the balls that reach them (docs/design.md §3 fact 1).
     """
 
     kind = "ps2"
@@ -557,15 +557,15 @@ class GridIndex(_PostingsIndex):
     to a top level with a single cell covering the whole plane. A ball is posted at the finest
     level where it overlaps at most ``max_cells`` cells; an object probes its cell at every
     level. A coarse cell is the union of the fine cells under it, so posting there is an
-    over-approximation of posting in the fine cells (DESIGN §3 fact 1). The infinite ball of a
-    subscription with fewer than ``k`` results goes to the top cell ("all cells", DESIGN §1).
+    over-approximation of posting in the fine cells (docs/design.md §3 fact 1). The infinite ball of a
+    subscription with fewer than ``k`` results goes to the top cell ("all cells", docs/design.md §1).
     ``levels="flat"`` keeps only the finest level and the top cell (the paper's plain grid,
     with balls above ``max_cells`` cells treated as all cells).
 
     Outside the data space the fine lattice continues (coordinates clamped only at ±2^40) with
     its own pyramid of levels 0–41, whose cells get hashed ids ``outside_base + hash(level,
     cx, cy)`` in the id range left up to 2^32 (two outside cells sharing an id only merge
-    postings: extra candidates, never a lost one; DESIGN §3 fact 1). A ball is posted inside
+    postings: extra candidates, never a lost one; docs/design.md §3 fact 1). A ball is posted inside
     the space exactly as if the space were all there is (its part inside, at the finest level
     where that part spans at most ``max_cells`` cells), and, if it reaches outside, also in the
     outside cells it overlaps at the finest outside level where its whole range spans at most
@@ -578,7 +578,7 @@ class GridIndex(_PostingsIndex):
     Parameters
     ----------
     space
-        The data space (DESIGN §1); points outside it map to the nearest boundary cell.
+        The data space (docs/design.md §1); points outside it map to the nearest boundary cell.
     grid
         ``G``, the number of fine cells per axis.
     max_cells
@@ -814,8 +814,8 @@ class GridIndex(_PostingsIndex):
 
 
 def make_index(method: str, space: Rect, *, grid: int = DEFAULT_GRID, **kw: float) -> WorkerIndex:
-    """The worker index of a partitioning method: ``kop``, ``sop``, ``dkm`` (DESIGN §2) or
-    ``ps2`` (PS2STREAM §3.4)."""
+    """The worker index of a partitioning method: ``kop``, ``sop``, ``dkm`` (docs/design.md §2) or
+    ``ps2`` (docs/design.md §2.5)."""
     m = method.lower()
     if m == "kop":
         return KopIndex(**kw)  # type: ignore[arg-type]

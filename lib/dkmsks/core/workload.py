@@ -1,4 +1,4 @@
-"""Workload generator: the paper's experimental protocol (DESIGN §5) over a real object stream.
+"""Workload generator: the paper's experimental protocol (docs/design.md §5) over a real object stream.
 
 ``O_init`` is the first ``o_init`` objects of the source in stream order; every following
 timestamp ``t = 1..T`` publishes the next ``objects_per_ts`` objects, deletes

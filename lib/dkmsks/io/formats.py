@@ -1,4 +1,4 @@
-"""Readers and writers for the file formats of DESIGN §6, with row-level validation.
+"""Readers and writers for the file formats of docs/design.md §6, with row-level validation.
 
 A bad row never stops the load of the good ones: it becomes a :class:`Rejection` carrying its
 file line number and the reason. Input that is unusable as a whole raises
@@ -22,7 +22,7 @@ Rules, in the order a row is checked (its first failure is its reason)
   :data:`INTEGER_PATTERN` and fit int64. Coordinates match :data:`DECIMAL_PATTERN` and are
   finite (``nan``, ``inf`` and overflowing values such as ``1e999`` are refused). Any finite
   coordinate is accepted — degrees, projected metres — unless the caller passes ``bounds``
-  (``--bounds``; DESIGN §1).
+  (``--bounds``; docs/design.md §1).
 - Keywords: non-empty, separated by single spaces, each at most :data:`MAX_KEYWORD_LENGTH`
   characters and normalised (:data:`KEYWORD_PATTERN`).
 - Events: ``op`` is ``insert`` or ``delete`` (any case); an insert needs ``x``, ``y``,
@@ -144,7 +144,7 @@ class Bounds:
     """An optional coordinate range check: ``xmin <= x <= xmax`` and ``ymin <= y <= ymax``.
 
     Off by default: coordinates are planar and unitless to the algorithm, so degrees and
-    projected metres are equally valid (DESIGN §1). Users turn it on with ``--bounds``.
+    projected metres are equally valid (docs/design.md §1). Users turn it on with ``--bounds``.
     """
 
     xmin: float
@@ -574,7 +574,7 @@ def validate_objects(
 def read_objects(
     path: str | Path, vocab: Vocabulary, *, bounds: Bounds | None = None, limit: int | None = None
 ) -> ObjectsLoad:
-    """Read and validate an objects file (DESIGN §6) with :func:`validate_objects`.
+    """Read and validate an objects file (docs/design.md §6) with :func:`validate_objects`.
 
     Raises :class:`InputError` when the file is unusable as a whole, including when it has
     rows and every one is rejected (:class:`AllRowsRejected`).
@@ -630,7 +630,7 @@ def validate_events(
 
     Besides the field rules (``k`` an integer in ``[1, max_k]``; ``op`` ``insert`` or
     ``delete``; ``bounds`` as in :func:`validate_objects`), the events are replayed in
-    timestamp order — within a timestamp deletions before insertions (DESIGN §1) — and a
+    timestamp order — within a timestamp deletions before insertions (docs/design.md §1) — and a
     delete of an id that is not live, or an insert of an id that is live, is refused.
     Accepted events come back in that replay order, with their lines.
     """
@@ -719,7 +719,7 @@ def read_events(
     bounds: Bounds | None = None,
     max_k: int = MAX_K,
 ) -> EventsLoad:
-    """Read and validate a subscription events file (DESIGN §6) with :func:`validate_events`.
+    """Read and validate a subscription events file (docs/design.md §6) with :func:`validate_events`.
 
     Raises :class:`InputError` when the file is unusable as a whole, including when it has
     rows and every one is rejected (:class:`AllRowsRejected`).
@@ -777,7 +777,7 @@ def write_events(path: str | Path, events: SubscriptionEvents, vocab: Vocabulary
 
 
 def write_results(path: str | Path, results: Results, t: int) -> int:
-    """Write the results export (DESIGN §6), one JSON line per live subscription by id.
+    """Write the results export (docs/design.md §6), one JSON line per live subscription by id.
 
     Returns the number of lines written.
     """

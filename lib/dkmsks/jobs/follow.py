@@ -1,7 +1,7 @@
 """Follow mode: one warm application, one long-running Spark task per worker.
 
 A catch-up run rebuilds every worker from the state — right for a backlog, wrong for one
-timestamp at a time: DESIGN §3 fact 6 says touching all state per timestamp is the enemy.
+timestamp at a time: docs/design.md §3 fact 6 says touching all state per timestamp is the enemy.
 Here the ``m`` worker tasks of one barrier stage build their worker once and then stay
 alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round. The driver —
 the main server, also kept warm — routes each new timestamp, drops the payload into a spool

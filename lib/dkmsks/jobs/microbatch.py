@@ -1,10 +1,10 @@
 """Micro-batch job: every pending timestamp exactly once, one Spark task per worker.
 
-The driver is the main server (DESIGN §4): it reads the pending objects and subscription
+The driver is the main server (docs/design.md §4): it reads the pending objects and subscription
 events, routes deletions to the workers holding them and assigns insertions with the plan's
 cost model and ``C(w)`` (:mod:`dkmsks.spark.main_server`). One Spark task per worker reads
 that worker's current state, rebuilds the core worker and applies the pending timestamps in
-order (DESIGN §3 fact 2: many timestamps in one job equal one job per timestamp), returning
+order (docs/design.md §3 fact 2: many timestamps in one job equal one job per timestamp), returning
 its records as Arrow (:mod:`dkmsks.spark.worker_tasks`).
 
 Commit protocol (one run = the timestamps ``(from_t, to_t]``, under the writer lock):

@@ -1,6 +1,6 @@
 """Partitioning job: O_init statistics, initial kNN with Spark, a plan, the initial state.
 
-``run_partition`` runs once O_init is in (paper §3, DESIGN §1): the initial subscriptions get
+``run_partition`` runs once O_init is in (paper §3, docs/design.md §1): the initial subscriptions get
 their exact kNN within O_init (Spark tasks, :mod:`dkmsks.spark.initial_state`), the chosen
 partitioner makes a plan on the driver, the plan and the per-worker state are written to
 Delta, and the ledger's first record (``T0``) goes to the journal last: a run that died before
@@ -106,7 +106,7 @@ def run_repartition(spark: SparkSession, warehouse: Warehouse, config: Partition
     """A new plan from the current subscriptions and their current balls, switched atomically.
 
     Results are carried over unchanged; only assignments, costs and the plan change. The
-    data space, ``T0`` and the O_init statistics stay those of the first plan (DESIGN §1).
+    data space, ``T0`` and the O_init statistics stay those of the first plan (docs/design.md §1).
     """
     lake = Lake.of(warehouse)
     with writer_lock(warehouse, f"repartition {run_id}"):

@@ -5,7 +5,7 @@ state rows (an Arrow table with the ``knn_state`` columns, through
 :class:`~dkmsks.spark.state_io.StateView`) and takes a :class:`BatchPayload` (the pending
 timestamps, already routed by the main server), rebuilds the core
 :class:`~dkmsks.core.update.Worker`, applies each timestamp in order (deletions, insertions,
-objects — DESIGN §1) and returns its output records as one Arrow table: one ``change`` per
+objects — docs/design.md §1) and returns its output records as one Arrow table: one ``change`` per
 result change, one ``metric`` per timestamp, and one ``final`` row per subscription the run
 touched (the state to journal). Keyword strings are encoded with a task-local vocabulary: ids
 only have to agree within one task.
@@ -105,7 +105,7 @@ class WorkerSession:
 
     :meth:`apply` processes a :class:`BatchPayload` (pending timestamps in order) and yields
     output records; the worker stays in memory between calls, so a long-running task (follow
-    mode) pays the index build once (DESIGN §3 fact 6).
+    mode) pays the index build once (docs/design.md §3 fact 6).
     """
 
     def __init__(self, worker_id: int, state: pa.Table, *, method: str,
@@ -149,7 +149,7 @@ class WorkerSession:
         Timestamps go in groups of ``payload.probe_timestamps``: a group's deletions and
         insertions are applied first (each row stays live for the objects of its interval
         only), its objects are probed once and merged timestamp by timestamp
-        (:meth:`Worker.process_stepwise`, DESIGN §3 fact 2), and the records are those of
+        (:meth:`Worker.process_stepwise`, docs/design.md §3 fact 2), and the records are those of
         applying one timestamp at a time: per timestamp its deletions, insertions and result
         updates (``seq`` in that order), and one metric. A follow-mode batch is one timestamp,
         a catch-up shares each probe over several. Records are built column-wise (tens of
@@ -329,7 +329,7 @@ class _Records:
 
 
 def _no_results(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(k, ids, d2)`` of ``n`` empty results (a new subscription starts empty, DESIGN §1)."""
+    """``(k, ids, d2)`` of ``n`` empty results (a new subscription starts empty, docs/design.md §1)."""
     return np.zeros(n, np.int32), np.full((n, 1), -1, np.int64), np.full((n, 1), np.inf)
 
 

@@ -3,7 +3,7 @@
 Every ``knn_state`` commit (partition, repartition, compaction) records in its commit
 metadata the timestamp it is exact at (``through_t``). The results at a processed ``T`` are
 those of the newest such version with ``through_t <= T`` with the journal's result changes in
-``(through_t, T]`` applied in order (DESIGN §1: deletions, insertions, updates). Readers never
+``(through_t, T]`` applied in order (docs/design.md §1: deletions, insertions, updates). Readers never
 take a lock: each reads committed table versions, so a run committing meanwhile is either
 wholly visible or not at all.
 """
@@ -20,7 +20,7 @@ from dkmsks.core.model import KnnResult, Results
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake, where
 
-#: Order of changes of one subscription within one timestamp (DESIGN §1).
+#: Order of changes of one subscription within one timestamp (docs/design.md §1).
 _CHANGE_ORDER = {"delete": 0, "insert": 1, "update": 2}
 
 

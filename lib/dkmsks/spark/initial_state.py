@@ -1,6 +1,6 @@
 """The initial state of a plan, built with Spark: the kNN of the initial subscriptions within
 ``O_init`` (Spark tasks, each with a per-keyword KD-tree index over a broadcast ``O_init``,
-DESIGN §3 fact 5) and the ``knn_state`` rows of a plan, written in one overwrite commit.
+docs/design.md §3 fact 5) and the ``knn_state`` rows of a plan, written in one overwrite commit.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ commits its whole output as **one append** to the ``journal`` table: per timesta
 :mod:`dkmsks.spark.state_io`). The append is tagged with ``txnAppId = dkmsks-journal``,
 ``txnVersion = to_t`` (Delta's idempotent writes): all or nothing, and a replay of committed
 timestamps is skipped. A run that dies before it committed nothing; after it, it is complete
-(DESIGN §8, the commit protocol).
+(docs/design.md §8, the commit protocol).
 
 Written from the driver with delta-rs (:mod:`dkmsks.spark.lake`): a blind append is a few
 milliseconds, where a Spark job costs seconds of scheduling on two cores.

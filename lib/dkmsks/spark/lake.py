@@ -1,6 +1,6 @@
 """Delta tables read and appended without a Spark job: delta-rs (the ``deltalake`` package).
 
-Why: the per-timestamp work is tiny (DESIGN §3 fact 6), and a Spark job costs ~0.5–2 s of
+Why: the per-timestamp work is tiny (docs/design.md §3 fact 6), and a Spark job costs ~0.5–2 s of
 scheduling per query or commit on two cores. The main server's reads of pending objects and
 events, a worker task's read of its own ``knn_state`` partition and the journal append that
 commits a run are each a few milliseconds through delta-rs, which reads the same Delta log

@@ -1,4 +1,4 @@
-"""Landing new objects and subscription events while the pipeline runs (DESIGN §10).
+"""Landing new objects and subscription events while the pipeline runs (docs/design.md §10).
 
 Publishers (``dkm publish``, ``dkm subscribe``, the client, the ingest DAG) and the pipeline
 (micro-batches, follow mode) meet at the landing tables. Two rules keep a live warehouse exact:

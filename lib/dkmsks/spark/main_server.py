@@ -1,4 +1,4 @@
-"""The main server on the driver (DESIGN §4): routing a run's timestamps, live cost refresh.
+"""The main server on the driver (docs/design.md §4): routing a run's timestamps, live cost refresh.
 
 The driver of every job plays the paper's main server: it rebuilds
 :class:`~dkmsks.core.partition.MainServer` (the plan's ``C(w)`` plus every live subscription's
@@ -74,7 +74,7 @@ def route(
     server: MainServer, info: PlanInfo, timestamps: list[int], objects: Objects, events: SubscriptionEvents,
     vocab: Vocabulary,
 ) -> RoutedBatch:
-    """Main-server work for the pending timestamps, one timestamp at a time (DESIGN §1 order),
+    """Main-server work for the pending timestamps, one timestamp at a time (docs/design.md §1 order),
     by the protocol of :mod:`dkmsks.core.protocol`; refused events are reported, not raised."""
     steps = []
     refused: list[tuple[int, int, str]] = []
@@ -111,7 +111,7 @@ def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
 def refresh_weights(server: MainServer, records: pa.Table) -> pa.Table:
     """Re-estimate the costs of new subscriptions whose ball changed (``new_cost = live``) on
     the main server, and carry the new weights into their ``final`` records."""
-    # KOP's and ps2's costs do not depend on the ball (Eq. 1; counts, DESIGN §2.5).
+    # KOP's and ps2's costs do not depend on the ball (Eq. 1; counts, docs/design.md §2.5).
     if server.new_cost is not NewCost.LIVE or server.method in (Method.KOP, Method.PS2) or records.num_rows == 0:
         return records
     is_upsert = pc.and_(pc.equal(records.column("record"), "final"), pc.equal(records.column("change"), "upsert"))

@@ -1,10 +1,10 @@
 """The main server's ``O_init`` statistics, kept beside the warehouse for later jobs.
 
-Every micro-batch run rebuilds the main server (DESIGN §4), whose cost model asks counting
+Every micro-batch run rebuilds the main server (docs/design.md §4), whose cost model asks counting
 questions about ``O_init`` (Eq. 1, 2, 4). Reading ``O_init`` and building the statistics took
 2.8 s of a cold run's 4 s main-server start at ``|O_init| = 1M`` — a fifth of a 100-timestamp
 catch-up. ``O_init`` does not change once the first plan exists (a row with ``t <= t0`` that arrives
-later is refused as late, DESIGN §1), so the partition job (or the first run) writes the
+later is refused as late, docs/design.md §1), so the partition job (or the first run) writes the
 statistics and the keyword words they are numbered by to
 ``<warehouse root>/cache/<database>/oinit-stats-t0_<t0>.npz``, and later runs (micro-batches,
 repartitions) load them.
@@ -36,7 +36,7 @@ FORMAT = 1
 
 
 def _path(folder: Path, t0: int) -> Path:
-    # Keyed by t0, not by plan: a repartition keeps the first plan's O_init (DESIGN §1).
+    # Keyed by t0, not by plan: a repartition keeps the first plan's O_init (docs/design.md §1).
     return folder / f"oinit-stats-t0_{int(t0)}.npz"
 
 

@@ -2,7 +2,7 @@
 
 A plan is written once per (re)partitioning under a new ``plan_version`` (idempotent Delta
 writes tagged with that version) and read by every later job: the state a job works on
-belongs to the plan in ``knn_state.plan_version`` (DESIGN §8, the tables).
+belongs to the plan in ``knn_state.plan_version`` (docs/design.md §8, the tables).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class PlanInfo:
     """The current plan as later jobs need it: its version, its configuration and its data
-    space (fixed at the first partitioning, DESIGN §1), plus the plan's own metadata."""
+    space (fixed at the first partitioning, docs/design.md §1), plus the plan's own metadata."""
 
     plan_version: int
     config: PartitionConfig

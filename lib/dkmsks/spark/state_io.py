@@ -6,7 +6,7 @@ So the state of a subscription is its newest ``final`` record of the snapshot's 
 newer than the snapshot (``t > max(updated_t)``), else its snapshot row. "Newest" is by ``t``,
 then an upsert before a delete: a subscription deleted on one worker and registered again on
 another at the same timestamp leaves two final records with equal ``t``, and within a
-timestamp deletions apply before insertions (DESIGN §1), so the upsert is the later one. The mark may lag a
+timestamp deletions apply before insertions (docs/design.md §1), so the upsert is the later one. The mark may lag a
 compaction (a merged delete leaves no row behind) but never lead it, and applying a merged
 record again changes nothing — the overlay is exact either way. ``sql/views/knn_current.sql``
 is the same rule in Spark SQL; this module applies it with delta-rs and numpy for the

@@ -63,8 +63,8 @@ def partition(
     ps2_alpha: int = DEFAULTS.ps2_alpha,
     ps2_beta: int = DEFAULTS.ps2_beta,
 ) -> PartitionPlan:
-    """Partition the initial subscriptions with KOP, SOP, DkM-SKS (DESIGN §2) or PS²Stream
-    extended to kNN (PS2STREAM §3).
+    """Partition the initial subscriptions with KOP, SOP, DkM-SKS (docs/design.md §2) or PS²Stream
+    extended to kNN (docs/design.md §2.5).
 
     Deterministic: the same inputs give an identical plan.
 
@@ -92,9 +92,9 @@ def partition(
         subscriptions also try Hybrid-Partition.
     objects
         PS²Stream: ``O_init`` itself (points and keyword sets), which it counts per part
-        (PS2STREAM §3.2). Ignored by the other methods.
+        (docs/design.md §2.5). Ignored by the other methods.
     ps2_theta, ps2_rho, ps2_alpha, ps2_beta
-        PS²Stream (PS2STREAM §3.9): split until ``θ_ps·m`` leaves (``>= 1``); balance factor
+        PS²Stream (docs/design.md §2.5): split until ``θ_ps·m`` leaves (``>= 1``); balance factor
         ``ρ`` in ``[0.5, 1)``; integer count weights ``α`` (objects) and ``β`` (subscriptions),
         ``>= 0`` and not both 0. Validated for every method.
     """

@@ -96,7 +96,7 @@ def ball_boxes(
 
 
 def clamp_points(x: Float64Array, y: Float64Array, space: Rect) -> tuple[Float64Array, Float64Array]:
-    """Locations clamped to the data space, for quadrant membership only (DESIGN §1)."""
+    """Locations clamped to the data space, for quadrant membership only (docs/design.md §1)."""
     return np.clip(x, space.xmin, space.xmax), np.clip(y, space.ymin, space.ymax)
 
 

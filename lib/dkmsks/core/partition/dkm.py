@@ -4,7 +4,7 @@ How this maps to Algorithm 2
 ----------------------------
 Algorithm 2 keeps a collection of subsets sorted by cost, repeatedly pops the most expensive
 one and replaces it by the four subsets of its better split, until there are ``γ1·m`` subsets.
-Two facts make that a level-synchronous array computation (DESIGN §3 fact 3):
+Two facts make that a level-synchronous array computation (docs/design.md §3 fact 3):
 
 1. *Costs are monotone down the tree.* A child holds a subset of its parent's subscriptions
    and its balls' MBR ``R`` lies inside the parent's, so ``C(child) <= C(parent)`` (Eq. 4–6).
@@ -43,7 +43,7 @@ One depth, for all its candidate nodes at once
 - Space-only is chosen if ``C_s < C_h`` (Algorithm 2), hybrid otherwise; nodes larger than
   ``γ2`` always split space-only.
 
-Decisions the paper leaves open (DESIGN §2)
+Decisions the paper leaves open (docs/design.md §2)
 -------------------------------------------
 - The root's region is the data space, a quadrant child's region its quadrant, a hybrid
   child's region its parent's region. Empty quadrants/groups are dropped.

@@ -9,14 +9,14 @@ A :class:`PartitionPlan` is a frozen value holding, as compact numpy columns,
   MBR ``R`` of the subset's balls, ``C(S_r)`` of Eq. 3, worker); for DkM-SKS the subsets
   returned by Algorithm 2 (``R``, region, ``C(S_r)`` of Eq. 6, how the subset was made); for
   PS²Stream (``ps2``) the leaves of its hybrid split (leaf rectangle, term set, count load
-  ``L(p)``, worker; PS2STREAM §3.3).
+  ``L(p)``, worker; docs/design.md §2.5).
 
 Costs are kept exactly as integer *weights*: ``weight = cost · |O_init|``. Every cost of the
 paper is a sum of object counts divided by ``|O_init|`` (Eq. 1–6), so integer weights make the
 comparisons of Algorithm 2 (``C_s < C_h``), the greedy tie-breaks and the load sums exact and
 reproducible; :attr:`PartitionPlan.costs` and :attr:`PartitionPlan.loads` give the paper's
 probabilities. PS²Stream has no costs: its weights are the counts ``β`` per subscription and
-``L(p) = α·|O_p| + β·|S_p|`` per leaf (PS2STREAM §3.2), integers as well; divided by
+``L(p) = α·|O_p| + β·|S_p|`` per leaf (docs/design.md §2.5), integers as well; divided by
 ``|O_init|`` they are only rescaled counts.
 """
 
@@ -74,7 +74,7 @@ class SubsetTable:
     region
         float64 ``[n, 4]``: the quadtree region ``r`` the subset lives in (for a hybrid child,
         its parent's region); for PS²Stream the half-open leaf rectangle ``R_p``
-        (``[xmin, xmax) × [ymin, ymax)``, PS2STREAM §3.2).
+        (``[xmin, xmax) × [ymin, ymax)``, docs/design.md §2.5).
     weight
         int64 ``[n]``: ``C(S_r) · |O_init|`` (Eq. 3 for SOP, Eq. 6 for DkM-SKS); for PS²Stream
         the count load ``L(p) = α·|O_p| + β·|S_p|``.
@@ -89,7 +89,7 @@ class SubsetTable:
     depth
         int32 ``[n]``: depth in the partition tree (root = 0).
     all_terms
-        bool ``[n]``: the subset's term set is ALL (PS2STREAM §3.2). Always true for KOP, SOP
+        bool ``[n]``: the subset's term set is ALL (docs/design.md §2.5). Always true for KOP, SOP
         and DkM-SKS, which have no term sets; default all true.
     terms_ptr, terms
         The explicit term sets in CSR form: row ``j`` is ``terms[terms_ptr[j]:terms_ptr[j+1]]``
@@ -187,7 +187,7 @@ class SubsetTable:
 
 @dataclass(frozen=True, eq=False)
 class PartitionPlan:
-    """The result of partitioning the initial subscriptions (DESIGN §2).
+    """The result of partitioning the initial subscriptions (docs/design.md §2).
 
     Attributes
     ----------
@@ -199,7 +199,7 @@ class PartitionPlan:
         The tuning parameters used (``theta`` for SOP; ``gamma1``, ``gamma2`` for DkM-SKS) and
         diagnostics (e.g. ``splits``, ``target``).
     space
-        The data space (DESIGN §1).
+        The data space (docs/design.md §1).
     n_objects
         ``|O_init|``: weights divided by ``max(n_objects, 1)`` are the paper's costs.
     sub_ids
@@ -211,10 +211,10 @@ class PartitionPlan:
         for SOP, Eq. 2; Eq. 5 for DkM-SKS); ``β`` for PS²Stream, which counts subscriptions.
     subset
         int64 ``[n]``: row of :attr:`subsets` holding the subscription (for PS²Stream its home
-        leaf, PS2STREAM §3.3 step 4); ``-1`` for KOP.
+        leaf, docs/design.md §2.5 step 4); ``-1`` for KOP.
     load_weight
         int64 ``[m]``: ``C(w) · |O_init|``; for PS²Stream ``L(w) = Σ L(p)`` over the worker's
-        leaves (PS2STREAM §3.3 step 3), which is not the sum of its subscriptions' weights.
+        leaves (docs/design.md §2.5 step 3), which is not the sum of its subscriptions' weights.
     subsets
         :class:`SubsetTable` (empty for KOP).
     """

@@ -4,7 +4,7 @@
 live subscription. New subscriptions get each method's estimate and go to the least-loaded
 worker; deletions subtract their cost.
 
-Estimates for a new subscription ``s_n`` (DESIGN §2):
+Estimates for a new subscription ``s_n`` (docs/design.md §2):
 
 - KOP: Eq. 1.
 - SOP: the kNN of ``s_n`` in ``O_init`` gives its ball; ``R_n`` = the ball's box clipped to
@@ -21,9 +21,9 @@ Estimates for a new subscription ``s_n`` (DESIGN §2):
   and turn the estimate into Eq. 1.)
 
 The estimate only balances load: a worker must index a new subscription with its *actual*
-ball (the whole space until it has ``k`` results), never with ``R_n`` (DESIGN §2).
+ball (the whole space until it has ``k`` results), never with ``R_n`` (docs/design.md §2).
 
-PS²Stream (``ps2``, PS2STREAM §3.6–3.7) estimates nothing: ``C(w)`` starts as the plan's count
+PS²Stream (``ps2``, docs/design.md §2.5–3.7) estimates nothing: ``C(w)`` starts as the plan's count
 load ``L(w)``, a new subscription goes to the worker with the lowest count and adds ``β``, a
 deletion subtracts ``β``; neither ``new_cost`` nor :meth:`MainServer.refresh` changes anything,
 since counts do not depend on balls. ``ps2_new="route"`` sends a new subscription to the worker
@@ -32,7 +32,7 @@ of its home leaf instead (:func:`~dkmsks.core.partition.ps2.route_home`; decisio
 
 ``new_cost="live"`` (ours, not the paper's): the paper's estimate describes the ball a new
 subscription *would* have in ``O_init``, but its actual ball is infinite until ``k`` matching
-objects have arrived (DESIGN §1), and on real data that takes many timestamps: meanwhile every
+objects have arrived (docs/design.md §1), and on real data that takes many timestamps: meanwhile every
 object sharing a keyword is tested against it, exactly as under KOP. So a live estimate costs a
 new subscription by its method's formula over the MBR ``R_b`` of its *actual* current ball
 (clipped to the data space):
@@ -263,7 +263,7 @@ class MainServer:
         the one it was last costed with (module doc); ``1.0`` re-costs every change.
 
     ps2_new
-        PS²Stream only: ``"argmin"`` (default, PS2STREAM §3.6) gives a new subscription to the
+        PS²Stream only: ``"argmin"`` (default, docs/design.md §2.5) gives a new subscription to the
         worker with the lowest count; ``"route"`` to the worker of its home leaf (the lowest
         count when no leaf shares a keyword with it).
 
@@ -380,7 +380,7 @@ class MainServer:
         weights, subset
             The weights and, for DkM-SKS, the plan row of ``S*`` (Eq. 7; ``-1`` when no
             subset overlaps ``R_n`` and ``R_n`` itself was used; always ``-1`` otherwise).
-            PS²Stream: ``β`` each (a count, PS2STREAM §3.6).
+            PS²Stream: ``β`` each (a count, docs/design.md §2.5).
         """
         n = len(subs)
         rows = np.arange(n, dtype=np.int64)
@@ -487,7 +487,7 @@ class MainServer:
         return workers
 
     def _ps2_workers(self, subs: Subscriptions) -> Int32Array:
-        """PS2STREAM §3.6: in input order, each to ``argmin C(w)`` (lowest id on ties), or to
+        """docs/design.md §2.5: in input order, each to ``argmin C(w)`` (lowest id on ties), or to
         its home leaf's worker under ``ps2_new="route"``; ``C(w) += β`` either way."""
         n = len(subs)
         beta = self._ps2_beta
