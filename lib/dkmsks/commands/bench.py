@@ -18,6 +18,7 @@ BENCHMARKS = {
     "pipeline": ("pipeline", "the Spark + Delta pipeline against its targets and naive Spark -> docs/benchmarks.md"),
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
+    "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
     "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }

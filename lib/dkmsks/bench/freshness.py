@@ -1,0 +1,313 @@
+"""Freshness of a live warehouse: publishers, follow mode and a SQL reader at the same time.
+
+The setting of the issue "a live service on one warehouse": the paper's |O_init| = 1M,
+|S| = 1M, m = 20, DkM-SKS. After the initial phase (``dkm run --until 0``), three parties run
+side by side on one warehouse, each in processes of its own as users run them:
+
+- **follow mode** (``dkm follow``): warm workers, each new timestamp processed as it lands;
+- **a publisher** (this process, through :class:`dkmsks.client.Client`, no JVM): one timestamp
+  every ``--interval`` seconds (1,000 objects, 100 insertions, 100 deletions), then a burst of
+  ``--burst`` timestamps in one call;
+- **a SQL reader** (a warm Spark application of its own): once a second, the last processed
+  timestamp from the ``ledger`` view and a few subscriptions' results from ``knn_results``.
+
+Measured per timestamp: the publisher's call time; the *freshness*, from the publish call's
+return to the timestamp being committed (a delta-rs look at the ledger every 50 ms) and to
+the SQL reader's first answer that includes it; the reader's query times; whether the lag grows
+over the run; and the burst's catch-up throughput (objects per second from the call's return
+to the commit of its last timestamp).
+
+    dkm bench freshness [--quick] [--doc docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, say, write_doc_section
+from dkmsks.bench.prose import Prose
+from dkmsks.bench.stats import median
+
+prose = Prose.load("freshness")
+DKM = [str(Path(sys.executable).with_name("dkm"))]
+TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 2.0, "catchup_ops": 20_000.0}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by the nearest-rank rule (no interpolation between samples)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
+    return ordered[rank - 1]
+
+
+# --------------------------------------------------------------------------- the SQL reader
+def reader_main(warehouse: str, out: str, sub_ids: str, period: float) -> int:
+    """The SQL reader (a child process): a warm Spark application querying once a period."""
+    from dkmsks.spark.session import build_session
+    from dkmsks.warehouse import Warehouse
+
+    spark = build_session(Warehouse(warehouse), app_name="bench-freshness-reader")
+    ids = [int(s) for s in sub_ids.split(",")]
+    stop = Path(out + ".stop")
+    with open(out, "a", encoding="utf-8") as fh:
+        while not stop.exists():
+            started_wall, started = time.time(), time.perf_counter()
+            last = spark.sql("SELECT max(t) AS t FROM ledger").collect()[0].t
+            mid = time.perf_counter()
+            rows = spark.sql("SELECT sub_id, rank, object_id, distance FROM knn_results WHERE sub_id IN (:a, :b, :c)",
+                             args={"a": ids[0], "b": ids[1], "c": ids[2]}).collect()
+            done = time.perf_counter()
+            fh.write(json.dumps({"start": started_wall, "end": started_wall + (done - started), "last_t": last,
+                                 "ledger_s": mid - started, "results_s": done - mid, "rows": len(rows)}) + "\n")
+            fh.flush()
+            time.sleep(max(0.0, period - (done - started)))
+    spark.stop()
+    return 0
+
+
+# --------------------------------------------------------------------------- the run
+def _stream_rows(objects: Path, events: Path, first: int, last: int) -> dict[int, tuple[list, list]]:
+    """The workload's rows of timestamps ``first..last`` as the client takes them, by ``t``."""
+    import pyarrow.csv as pv
+
+    by_t: dict[int, tuple[list, list]] = {t: ([], []) for t in range(first, last + 1)}
+    opts = pv.ConvertOptions(column_types={"keywords": "string", "op": "string"}, strings_can_be_null=True)
+    for path, slot in ((objects, 0), (events, 1)):
+        table = pv.read_csv(path, parse_options=pv.ParseOptions(delimiter="\t"), convert_options=opts)
+        for row in table.to_pylist():
+            t = int(row["t"])
+            if first <= t <= last:
+                by_t[t][slot].append({k: v for k, v in row.items() if v is not None})
+    return by_t
+
+
+class LedgerWatch(threading.Thread):
+    """When each timestamp became committed (visible to readers), from the ledger via delta-rs."""
+
+    def __init__(self, warehouse, period: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        from dkmsks.spark.lake import Lake
+
+        self.lake, self.period, self.seen, self.halt = Lake.of(warehouse), period, {}, threading.Event()
+
+    def run(self) -> None:
+        from dkmsks.spark.journal import last_processed
+
+        while not self.halt.is_set():
+            last = last_processed(self.lake)
+            now = time.time()
+            if last is not None:
+                for t in range(max(self.seen, default=0) + 1, last + 1):
+                    self.seen[t] = now
+            self.halt.wait(self.period)
+
+    def wait_for(self, t: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if t in self.seen:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def run(args: argparse.Namespace) -> dict:
+    from dkmsks.client import Client
+    from dkmsks.core.workload import WorkloadSpec, generate_workload
+    from dkmsks.io.formats import write_events, write_objects
+    from dkmsks.warehouse import Warehouse
+
+    work: Path = args.workdir
+    n, burst = args.timestamps, args.burst
+    total_t = n + burst
+    params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    rec = ResultFile(work / "results.json", params, spark=True)
+    load_start = load_average()
+    workload = work / "workload"
+    objects, events = workload / "objects.tsv.gz", workload / "events.tsv.gz"
+    warehouse = Warehouse(work / "warehouse")
+    if not (args.keep and events.exists()):
+        shutil.rmtree(work, ignore_errors=True)
+        from dkmsks.bench.common import load_objects
+
+        spec = WorkloadSpec(o_init=args.o_init, subscriptions=args.subscriptions, timestamps=total_t,
+                            objects_per_ts=1000, inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=args.seed)
+        source, vocab = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
+        objs, evs = generate_workload(source, spec)
+        workload.mkdir(parents=True, exist_ok=True)
+        write_objects(objects, objs, vocab)
+        write_events(events, evs, vocab)
+        rec = ResultFile(work / "results.json", params, spark=True)
+    if not warehouse.has_table("journal"):
+        say("initial phase: dkm run --until 0 (ingest O_init, partition)")
+        started = time.perf_counter()
+        subprocess.run([*DKM, "run", "--objects", str(objects), "--events", str(events), "--warehouse",
+                        str(warehouse.root), "--workers", str(args.workers), "--until", "0"], check=True)
+        rec.put("initial_phase_s", time.perf_counter() - started)
+
+    say("reading the stream's rows")
+    stream = _stream_rows(objects, events, 1, total_t)
+    follow_log = open(work / "follow.log", "w")  # noqa: SIM115 - the child's whole life
+    follow = subprocess.Popen([*DKM, "follow", "--warehouse", str(warehouse.root), "--slots",
+                               str(args.workers + 2), "--poll", str(args.poll)], stdout=follow_log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    watch = LedgerWatch(warehouse)
+    watch.start()
+    reader_out = work / "reader.jsonl"
+    reader_out.unlink(missing_ok=True)
+    reader = None
+    client = Client(warehouse.root)
+    try:
+        status = warehouse.run_dir / "follow-default.status.json"
+        deadline = time.monotonic() + 1800
+        while not (status.exists() and json.loads(status.read_text()).get("state") == "following"):
+            if follow.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"follow mode did not start (see {work / 'follow.log'})")
+            time.sleep(1)
+        say("follow mode is warm; starting the SQL reader")
+        sub_ids = ",".join(str(r["id"]) for r in stream[1][1][:3] if r.get("op") == "insert") or "1,2,3"
+        reader = subprocess.Popen([sys.executable, "-m", "dkmsks.bench.freshness", "--reader", str(warehouse.root),
+                                   str(reader_out), sub_ids, "1.0"], stdout=subprocess.DEVNULL,
+                                  stderr=open(work / "reader.log", "w"), start_new_session=True)  # noqa: SIM115
+        while not reader_out.exists() or not reader_out.read_text().strip():
+            if reader.poll() is not None:
+                raise RuntimeError(f"the SQL reader failed (see {work / 'reader.log'})")
+            time.sleep(1)
+
+        say(f"publishing {n} timestamps, one every {args.interval:g} s")
+        calls: dict[int, dict[str, float]] = {}
+        start = time.monotonic()
+        for t in range(1, n + 1):
+            time.sleep(max(0.0, start + (t - 1) * args.interval - time.monotonic()))
+            c0 = time.perf_counter()
+            client.publish(objects=stream[t][0], events=stream[t][1])
+            calls[t] = {"call_s": time.perf_counter() - c0, "returned": time.time()}
+        if not watch.wait_for(n, 600):
+            raise RuntimeError(f"timestamp {n} was not committed within 10 minutes")
+        time.sleep(2 * args.interval)  # the reader's next answers
+
+        say(f"burst: {burst} timestamps in one call")
+        rows_o = [r for t in range(n + 1, total_t + 1) for r in stream[t][0]]
+        rows_e = [r for t in range(n + 1, total_t + 1) for r in stream[t][1]]
+        c0 = time.perf_counter()
+        client.publish(objects=rows_o, events=rows_e)
+        burst_call, burst_returned = time.perf_counter() - c0, time.time()
+        if not watch.wait_for(total_t, 1800):
+            raise RuntimeError(f"the burst was not committed within 30 minutes")
+        burst_s = watch.seen[total_t] - burst_returned
+        rec.put("burst", {"timestamps": burst, "objects": len(rows_o), "events": len(rows_e), "call_s": burst_call,
+                          "seconds": burst_s, "objects_per_s": len(rows_o) / burst_s})
+    finally:
+        watch.halt.set()
+        Path(str(reader_out) + ".stop").touch()
+        if reader is not None:
+            try:
+                reader.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                reader.kill()
+        follow.terminate()
+        try:
+            follow.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            follow.kill()
+        follow_log.close()
+
+    answers = [json.loads(line) for line in reader_out.read_text().splitlines() if line.strip()]
+    per_t = []
+    for t, c in sorted(calls.items()):
+        committed = watch.seen.get(t)
+        sql = next((a["end"] for a in answers if a["last_t"] is not None and a["last_t"] >= t
+                    and a["end"] >= c["returned"]), None)
+        per_t.append({"t": t, "call_s": c["call_s"], "fresh_commit_s": None if committed is None else
+                      max(0.0, committed - c["returned"]), "fresh_sql_s": None if sql is None else sql - c["returned"]})
+    rec.put("per_timestamp", per_t)
+    rec.put("reader", answers)
+    rec.data["load_avg"] = [load_start, load_average()]
+    rec.save()
+    return rec.data
+
+
+# --------------------------------------------------------------------------- the report
+def summary(d: dict) -> dict[str, float]:
+    per_t = d["steps"]["per_timestamp"]
+    calls = [r["call_s"] for r in per_t]
+    commit = [r["fresh_commit_s"] for r in per_t if r["fresh_commit_s"] is not None]
+    sql = [r["fresh_sql_s"] for r in per_t if r["fresh_sql_s"] is not None]
+    queries = [a["ledger_s"] + a["results_s"] for a in d["steps"]["reader"]]
+    third = max(1, len(commit) // 3)
+    return {
+        "n": len(per_t), "publish_p50": median(calls), "publish_p95": percentile(calls, 0.95),
+        "fresh_p50": median(commit), "fresh_p95": percentile(commit, 0.95),
+        "fresh_sql_p50": median(sql), "fresh_sql_p95": percentile(sql, 0.95),
+        "query_p50": median(queries), "query_p95": percentile(queries, 0.95), "queries": len(queries),
+        "first_third": median(commit[:third]), "last_third": median(commit[-third:]),
+        "catchup_ops": d["steps"]["burst"]["objects_per_s"],
+    }
+
+
+def report(d: dict) -> str:
+    s, p = summary(d), d["params"]
+    met = {key: (s[key] >= limit if key == "catchup_ops" else s[key] <= limit) for key, limit in TARGETS.items()}
+    bounded = s["last_third"] <= max(1.5 * s["first_third"], s["first_third"] + 0.25)
+    b = d["steps"]["burst"]
+    return "\n\n".join([
+        prose("head", commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
+              load_start=f"{d['load_avg'][0]:.1f}", load_end=f"{d['load_avg'][1]:.1f}",
+              o_init=f"{p['o_init']:,}", subs=f"{p['subscriptions']:,}", m=p["workers"], n=s["n"],
+              interval=f"{p['interval']:g}", burst=p["burst"], poll=f"{p['poll']:g}"),
+        prose("table",
+              publish_p50=f"{s['publish_p50']:.2f}", publish_p95=f"{s['publish_p95']:.2f}",
+              fresh_p50=f"{s['fresh_p50']:.2f}", fresh_p95=f"{s['fresh_p95']:.2f}",
+              fresh_sql_p50=f"{s['fresh_sql_p50']:.2f}", fresh_sql_p95=f"{s['fresh_sql_p95']:.2f}",
+              query_p50=f"{s['query_p50']:.2f}", query_p95=f"{s['query_p95']:.2f}", queries=s["queries"],
+              catchup=f"{s['catchup_ops']:,.0f}", burst_objects=f"{b['objects']:,}", burst_s=f"{b['seconds']:.1f}",
+              publish_ok=_ok(met["publish_p50"]), fresh_ok=_ok(met["fresh_p50"] and met["fresh_p95"]),
+              query_ok=_ok(met["query_p50"]), catchup_ok=_ok(met["catchup_ops"])),
+        prose("lag.bounded" if bounded else "lag.grows", first=f"{s['first_third']:.2f}",
+              last=f"{s['last_third']:.2f}"),
+    ])
+
+
+def _ok(met: bool) -> str:
+    return prose("met" if met else "not_met")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if argv and argv[0] == "--reader":
+        return reader_main(argv[1], argv[2], argv[3], float(argv[4]))
+    p = argparse.ArgumentParser(prog="dkm bench freshness", description=__doc__.splitlines()[0])
+    p.add_argument("--o-init", type=int, default=1_000_000)
+    p.add_argument("--subscriptions", type=int, default=1_000_000)
+    p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
+    p.add_argument("--timestamps", type=int, default=60, help="published one per --interval (%(default)s)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between publishes (%(default)s)")
+    p.add_argument("--burst", type=int, default=100, help="then this many timestamps in one call (%(default)s)")
+    p.add_argument("--poll", type=float, default=0.1, help="follow mode's poll interval (%(default)s)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "freshness")
+    p.add_argument("--keep", action="store_true", help="reuse the workload and warehouse of an earlier run")
+    p.add_argument("--quick", action="store_true", help="20k/20k, m = 4, 10 + 10 timestamps")
+    p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
+    p.add_argument("--report-only", type=Path, default=None, help="render an earlier results.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.o_init, args.subscriptions, args.workers, args.timestamps, args.burst = 20_000, 20_000, 4, 10, 10
+    data = json.loads(args.report_only.read_text()) if args.report_only else run(args)
+    text = report(data)
+    print(text)
+    if args.doc:
+        write_doc_section(args.doc, "freshness", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
