@@ -19,7 +19,7 @@ if archive=$(.venv/bin/python scripts/jvm_class_archive.py 2> .cache/jvm_class_a
 else
   echo "test.sh: no JVM class archive (see .cache/jvm_class_archive.log); drivers start without it" >&2
 fi
-scripts/install_browser.sh  # Debian's chromium for the browser test; a no-op once installed
+scripts/install_test_deps.sh  # Debian's chromium and docker-compose for the e2e tests; a no-op once installed
 # Two pytest-xdist workers: most of the suite's time is JVM and Airflow start-up and waiting,
 # which two processes overlap on two cores. tests/conftest.py keeps tests that share a fixture
 # (one Airflow, one SparkSession, one prepared warehouse) on one worker. -n 0: one process.

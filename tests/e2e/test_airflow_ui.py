@@ -2,7 +2,7 @@
 non-default Params, and watch the run succeed.
 
 Drives Debian's ``/usr/bin/chromium`` with Playwright (never a downloaded browser build;
-``scripts/install_browser.sh`` installs the package). Uses the session's Airflow (``airflow``
+``scripts/install_test_deps.sh`` installs the package). Uses the session's Airflow (``airflow``
 fixture in ``conftest.py``). The form sets ``method=sop``, ``workers=3``, ``theta=4`` and a
 warehouse of the test's own, where O_init was ingested beforehand by ``spark_apps/ingest.py``,
 so the triggered run really partitions with those values; the test then reads the new plan from
@@ -25,18 +25,28 @@ from urllib.parse import unquote
 
 import pytest
 
-from conftest import REPO, real_objects
+from conftest import REPO, missing_prerequisite, real_objects
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from dkmsks.io.formats import write_events, write_objects
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = Path(os.environ.get("DKMSKS_CHROMIUM", "/usr/bin/chromium"))
-if not CHROMIUM.is_file():
-    pytest.skip(f"headless Chromium is missing: no {CHROMIUM} (scripts/install_browser.sh installs "
-                "Debian's chromium package with apt-get)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is missing "
-                               "(pinned in requirements.lock; scripts/bootstrap.sh installs it)")
+try:
+    from playwright import sync_api
+except ImportError:  # reported by the fixture below
+    sync_api = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def browser_prerequisites():
+    """Skip on a developer's machine without a browser; fail under CI=true."""
+    if not CHROMIUM.is_file():
+        missing_prerequisite(f"headless Chromium is missing: no {CHROMIUM} (scripts/install_test_deps.sh "
+                             "installs Debian's chromium package with apt-get)")
+    if sync_api is None:
+        missing_prerequisite("the Python package playwright is missing (pinned in requirements.lock; "
+                             "scripts/bootstrap.sh installs it)")
 
 #: O_init and the initial subscriptions only: partitioning is all the UI run has to do.
 SPEC = WorkloadSpec(o_init=1000, subscriptions=60, timestamps=0, objects_per_ts=0,

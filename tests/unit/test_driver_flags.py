@@ -14,13 +14,15 @@ import subprocess
 
 import pytest
 
+from conftest import missing_prerequisite
+
 pytestmark = pytest.mark.unit
 
 
 def test_the_drivers_code_cache_stays_at_least_240_mb():
     flags = os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").split()
     if not flags:
-        pytest.skip("DKMSKS_DRIVER_JAVA_OPTS is not set: run the suite through scripts/test.sh")
+        missing_prerequisite("DKMSKS_DRIVER_JAVA_OPTS is not set: run the suite through scripts/test.sh")
     java = shutil.which("java")
     assert java, "no java on PATH"
     out = subprocess.run([java, *flags, "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True,
