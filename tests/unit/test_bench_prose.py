@@ -15,7 +15,8 @@ pytestmark = pytest.mark.unit
 
 #: Report module (read, not imported: the pipeline's imports Spark) and its template.
 REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
-           ("dkmsks.bench.pipeline", "pipeline")]
+           ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
+           ("dkmsks.bench.catalog", "catalog")]
 
 
 def source_tree(module: str) -> ast.Module:

@@ -24,8 +24,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dkmsks.bench.common import provenance, say, write_doc_section
+from dkmsks.bench.common import load_average, provenance, say, write_doc_section
+from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
+
+prose = Prose.load("catalog")
 
 QUERY = "SELECT count(*) AS n FROM knn_results"
 
@@ -90,20 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                for mode, runs in results.items()}
     total = {mode: s["session_s"] + s["query_s"] for mode, s in summary.items()}
     meta = provenance(spark=True)
-    text = "\n".join([
-        f"Commit `{meta['commit']}`, {meta['date']}; {meta['machine'].get('cpu', '')}; "
-        f"medians of {args.runs} fresh JVMs per mode, alternating; `{QUERY}` on a warehouse of "
-        f"{results['registered'][0]['rows']:,} result rows.",
-        "",
-        "| catalog | session start (s) | first query (s) | total (s) | processes at once |",
-        "|---|---:|---:|---:|---|",
-        f"| embedded Derby metastore (earlier) | {summary['derby']['session_s']:.1f} | "
-        f"{summary['derby']['query_s']:.1f} | {total['derby']:.1f} | one |",
-        f"| in-memory, tables registered by path (now) | {summary['registered']['session_s']:.1f} | "
-        f"{summary['registered']['query_s']:.1f} | {total['registered']:.1f} | any |",
-        "",
-        f"Ratio now / earlier: {total['registered'] / total['derby']:.2f}.",
-    ])
+    text = prose("head", commit=meta["commit"], date=meta["date"], machine=meta["machine"].get("cpu", ""),
+                 load=f"{load_average():.1f}", runs=args.runs, query=QUERY,
+                 rows=f"{results['registered'][0]['rows']:,}",
+                 derby_session=f"{summary['derby']['session_s']:.1f}", derby_query=f"{summary['derby']['query_s']:.1f}",
+                 derby_total=f"{total['derby']:.1f}", reg_session=f"{summary['registered']['session_s']:.1f}",
+                 reg_query=f"{summary['registered']['query_s']:.1f}", reg_total=f"{total['registered']:.1f}",
+                 ratio=f"{total['registered'] / total['derby']:.2f}")
     print(text)
     if args.doc:
         write_doc_section(args.doc, "catalog", text)
