@@ -637,13 +637,6 @@ class GridIndex(_PostingsIndex):
         """Key prefix of the top cell (the whole plane)."""
         return int(self._offset[self.top])
 
-    def _side(self, level: int) -> int:
-        """Cells per axis at ``level``."""
-        return ((self.G - 1) >> level) + 1
-
-    def _cell_key(self, level: int | Int64Array, cell: Int64Array | np.int64) -> Int64Array:
-        return self._offset[level] + cell  # type: ignore[no-any-return]
-
     def _ensure(self, n: int) -> None:
         super()._ensure(n)
         if self.r_indexed.shape[0] < self.epoch.shape[0]:

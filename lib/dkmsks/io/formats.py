@@ -808,10 +808,3 @@ def read_results(path: str | Path) -> dict[int, dict[str, object]]:
                 row = json.loads(line)
                 rows[int(row["sub_id"])] = row
     return rows
-
-
-def write_rejections(path: str | Path, rejections: list[Rejection]) -> None:
-    """Write quarantined rows as JSON lines (source, line, reason, text)."""
-    with _open_text_out(Path(path)) as out:
-        for r in rejections:
-            out.write(json.dumps(r.as_dict()) + "\n")

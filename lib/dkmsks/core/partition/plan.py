@@ -262,10 +262,6 @@ class PartitionPlan:
         """``C(w)`` per worker as the paper's probability."""
         return self.load_weight / max(self.n_objects, 1)
 
-    def subscriptions_of(self, worker: int) -> Int64Array:
-        """Ids of the subscriptions assigned to ``worker``."""
-        return self.sub_ids[self.worker == worker]
-
     # ---- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible dict (arrays as lists; floats round-trip exactly through JSON)."""
