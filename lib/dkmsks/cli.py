@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "status",
     "sql",
     "spark_sql",
+    "spark_history",
     "bench",
 )
 

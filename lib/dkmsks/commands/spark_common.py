@@ -20,6 +20,9 @@ def add_warehouse(p: argparse.ArgumentParser, *, spark: bool = True) -> None:
                    help=f"database of the pipeline's tables (default: $DKMSKS_DATABASE or {default_database()})")
     if spark:
         p.add_argument("--master", default=None, help="Spark master (default local[2], or $DKMSKS_SPARK_MASTER)")
+        p.add_argument("--spark-ui", action="store_true",
+                       help="keep Spark's UI on 127.0.0.1 (port 4040 or the next free one) and write event logs "
+                            "to <warehouse>/run/spark-events (dkm spark-history shows finished jobs)")
 
 
 def warehouse_of(args: argparse.Namespace) -> Warehouse:
@@ -29,4 +32,4 @@ def warehouse_of(args: argparse.Namespace) -> Warehouse:
 def session(args: argparse.Namespace, app: str, warehouse: Warehouse, *, master: str | None = None) -> SparkSession:
     from dkmsks.spark.session import build_session
 
-    return build_session(warehouse, app_name=app, master=master or args.master)
+    return build_session(warehouse, app_name=app, master=master or args.master, ui=getattr(args, "spark_ui", False))

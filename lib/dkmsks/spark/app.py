@@ -22,6 +22,8 @@ def base_parser(description: str) -> argparse.ArgumentParser:
                    help=f"database of the pipeline's tables in the warehouse (default: $DKMSKS_DATABASE or "
                         f"{default_database()})")
     p.add_argument("--run-id", default=None, help="identifier recorded with every write (Airflow passes its run_id)")
+    p.add_argument("--spark-ui", action="store_true",
+                   help="keep Spark's UI on 127.0.0.1 and write event logs to <warehouse>/run/spark-events")
     return p
 
 
@@ -37,7 +39,7 @@ def main_with_session(
 
     args = parse_args(argv)
     warehouse = Warehouse.at(args.warehouse, args.database)
-    spark = build_session(warehouse, app_name=app_name, master=args.master)
+    spark = build_session(warehouse, app_name=app_name, master=args.master, ui=args.spark_ui)
     try:
         return run(spark, warehouse, args)
     except WriterBusy as err:

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 DEFAULT_MASTER = "local[2]"
 _REPO = Path(__file__).resolve().parents[3]
+#: The drivers' log settings (``$DKMSKS_LOG4J`` overrides, e.g. on a cluster image).
+LOG_CONFIG = Path(os.environ.get("DKMSKS_LOG4J", _REPO / "conf" / "log4j2.properties"))
+
+
+def event_log_dir(warehouse: Warehouse) -> Path:
+    """Where sessions started with the UI keep their event logs (created on demand)."""
+    folder = warehouse.run_dir / "spark-events"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
@@ -74,13 +83,19 @@ def session_conf(
         conf["spark.driver.memory"] = os.environ.get("DKMSKS_DRIVER_MEMORY", "4g")
         conf["spark.driver.maxResultSize"] = os.environ.get("DKMSKS_DRIVER_MAX_RESULT", "2g")
     if ui:
+        # The UI on loopback, and event logs so a finished job can still be inspected with
+        # `dkm spark-history` (Spark's history server over <warehouse>/run/spark-events).
         conf["spark.ui.host"] = "127.0.0.1"
+        conf["spark.eventLog.enabled"] = "true"
+        conf["spark.eventLog.dir"] = event_log_dir(warehouse).as_uri()
+    # The project's log settings (conf/log4j2.properties: expected warnings quieted by name).
     # DKMSKS_DRIVER_JAVA_OPTS adds JVM flags (the test suite's short-lived drivers start faster
     # with -XX:TieredStopAtLevel=1; that flag alone cuts the code cache to 48 MB, so
     # scripts/test.sh sets it back).
-    java_opts = os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").strip()
+    java_opts = [f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"] if LOG_CONFIG.is_file() else []
+    java_opts += os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").split()
     if java_opts:
-        conf["spark.driver.extraJavaOptions"] = java_opts
+        conf["spark.driver.extraJavaOptions"] = " ".join(java_opts)
     if jars:
         conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:
