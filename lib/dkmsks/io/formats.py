@@ -830,7 +830,7 @@ def replay_liveness(op: np.ndarray, ids: np.ndarray, t: np.ndarray, *, judged: n
     """
     order = replay_order(op, t)
     refused: dict[int, str] = {}
-    current = set(int(i) for i in live)
+    current = {int(i) for i in live}
     for r in order.tolist():
         sid = int(ids[r])
         if op[r] == Op.DELETE:
