@@ -104,3 +104,23 @@ def test_dkm_publish_needs_no_spark_and_says_what_it_landed(workload, capsys):
     assert capsys.readouterr().out == "published t=3..3: 0 objects, 1 subscription events (3 newly quarantined)\n"
     assert main(["publish", *args, "--timestamps", "0"]) == 2
     assert capsys.readouterr().err == "dkm publish: error: --timestamps is 0: publish at least one timestamp\n"
+
+
+def test_other_publishers_rows_do_not_move_the_window_and_after_overrides_it(workload, capsys):
+    from dkmsks.client import Client
+
+    warehouse, objects, events = workload
+    client = Client(warehouse)
+    client.subscribe(300, 0.5, 0.5, "cafe", 1)  # the next open timestamp, t=1
+    client.subscribe(301, 0.5, 0.5, "cafe", 1, t=3)
+    first = publish_files(warehouse, objects=objects, events=events)
+    assert (first.after, first.upto, first.report.objects) == (0, 1, 2)  # t=1 of the files is not skipped
+
+    # The files' t=2 rows landed by another publisher: replays, and --after moves on.
+    client.publish([(20, 0.5, 0.5, "bar", 2)], [("delete", 200, None, None, None, None, 2)])
+    args = ["--objects", str(objects), "--events", str(events), "--warehouse", str(warehouse.root)]
+    assert main(["publish", *args]) == 0
+    assert capsys.readouterr().out == ("nothing new at t=2..2: 2 rows were landed before by another publisher; "
+                                       "give --after 2 to go on\n")
+    assert main(["publish", *args, "--after", "2"]) == 0
+    assert capsys.readouterr().out.startswith("published t=3..3: 1 objects, 1 subscription events")

@@ -18,9 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "publish",
         help="land the next N timestamps of a workload's files (no Spark)",
-        description=("Finds the newest timestamp already landed (or taken by the pipeline) and lands the "
-                     "objects and subscription events of the next --timestamps timestamps from the "
-                     "workload files: validated with the readers' rules, checked against the warehouse "
+        description=("Finds the newest timestamp landed from files of these names (or taken by the "
+                     "pipeline, if newer) and lands the objects and subscription events of the next "
+                     "--timestamps timestamps from the workload files: validated with the readers' rules, checked against the warehouse "
                      "(closed timestamps, landed object ids, live subscriptions), refused rows "
                      "quarantined with file, line and reason. Publishing the same rows again changes "
                      "nothing. Rows of other timestamps are skipped unvalidated."),
@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--events", type=Path, default=None, help="workload subscription events file")
     add_warehouse(p, spark=False)
     p.add_argument("--timestamps", type=int, default=1, help="how many timestamps to publish (%(default)s)")
+    p.add_argument("--after", type=int, default=None, metavar="T",
+                   help="publish the timestamps after T (default: the newest one landed from these files, or "
+                        "the last one the pipeline took)")
     p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
     p.set_defaults(func=run)
 
@@ -37,12 +40,16 @@ def run(args: argparse.Namespace) -> int:
     from dkmsks.spark.publish import publish_files
 
     done = publish_files(warehouse_of(args), objects=args.objects, events=args.events,
-                         timestamps=args.timestamps, bounds=args.bounds)
+                         timestamps=args.timestamps, after=args.after, bounds=args.bounds)
     r = done.report
     extra = [f"{n:,} {what}" for n, what in ((r.replayed, "replayed"), (r.quarantined, "newly quarantined")) if n]
     if r.objects or r.events:
         print(f"published t={r.first_t}..{r.last_t}: {r.objects:,} objects, {r.events:,} subscription events"
               + (f" ({', '.join(extra)})" if extra else ""))
+    elif r.replayed:
+        # Landed before under other names (another publisher): the default window cannot move on.
+        print(f"nothing new at t={done.after + 1}..{done.upto}: {r.replayed:,} rows were landed before by another "
+              f"publisher; give --after {done.upto} to go on")
     else:
         print(f"nothing new to publish at t={done.after + 1}..{done.upto}"
               + (f" ({', '.join(extra)})" if extra else ""))

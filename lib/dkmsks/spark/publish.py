@@ -83,20 +83,28 @@ class FilesPublished:
     report: PublishReport
 
 
-def newest_landed(lake: Lake, sealed: int) -> int:
-    """The newest timestamp with landed rows, or ``sealed`` when none is newer."""
+def newest_landed(lake: Lake, sealed: int, sources: set[str]) -> int:
+    """The newest timestamp with rows landed from ``sources`` (file names), or ``sealed``
+    when none is newer.
+
+    Why per source: a subscription made with ``dkm subscribe`` at the next open timestamp,
+    or any other publisher's rows, must not make a workload's publisher skip that timestamp.
+    """
     newest = sealed
     for name in (tables.OBJECTS, tables.EVENTS):
-        t = lake.read(name, columns=["t"], predicate=where(t__gt=sealed)).column("t")
-        if len(t):
-            newest = max(newest, int(pc.max(t).as_py()))
+        rows = lake.read(name, columns=["t", "source"], predicate=where(t__gt=sealed))
+        mine = rows.filter(pc.is_in(rows.column("source"), value_set=pa.array(sorted(sources), pa.string())))
+        if mine.num_rows:
+            newest = max(newest, int(pc.max(mine.column("t")).as_py()))
     return newest
 
 
 def publish_files(warehouse: Warehouse, *, objects: Path | None = None, events: Path | None = None,
-                  timestamps: int = 1, bounds: Bounds | None = None, run_id: str = "publish") -> FilesPublished:
-    """Land the rows of the next ``timestamps`` timestamps of workload files: those after the
-    newest landed (or sealed) timestamp (module doc).
+                  timestamps: int = 1, after: int | None = None, bounds: Bounds | None = None,
+                  run_id: str = "publish") -> FilesPublished:
+    """Land the rows of the next ``timestamps`` timestamps of workload files: those after
+    ``after``, by default the newest timestamp landed from files of these names or the last
+    one the pipeline took, whichever is newer (:func:`newest_landed`; module doc).
 
     Raises :class:`~dkmsks.io.formats.InputError` for a file unusable as a whole, having
     written nothing, and :class:`~dkmsks.io.formats.AllRowsRejected` for a file with no usable
@@ -112,8 +120,9 @@ def publish_files(warehouse: Warehouse, *, objects: Path | None = None, events: 
     if sealed is None:
         raise ValueError(f"{warehouse}: no partition plan yet: land O_init and the initial subscriptions and "
                          "partition first (dkm run --until T0, or the ingest and partition DAGs)")
-    after = newest_landed(lake, sealed)
-    window = (after, after + timestamps)
+    named = {Path(p).name for p in (objects, events) if p is not None}
+    start = newest_landed(lake, sealed, named) if after is None else after
+    window = (start, start + timestamps)
     vocab = Vocabulary()
     rejected: list[tuple[str, Rejection]] = []
     unusable: list[AllRowsRejected] = []
