@@ -216,7 +216,7 @@ class Client:
         return ": it was never registered, or it was deleted (subscribe it first)"
 
     # ------------------------------------------------------------------ watching
-    def watch(self, sub_ids: Iterable[int] | None = None, from_t: int | None = None, *, poll: float = 1.0,
+    def watch(self, sub_ids: int | Iterable[int] | None = None, from_t: int | None = None, *, poll: float = 1.0,
               until: int | None = None, follow: bool = True) -> Iterator[Change]:
         """Yield every result change of the timestamps after ``from_t``, a timestamp at a
         time as the runs commit them (read from the journal's ``change`` records).
@@ -224,11 +224,13 @@ class Client:
         ``from_t`` is exclusive, so passing the last ``t`` seen resumes without a duplicate or
         a gap (a run commits all the changes of its timestamps at once); default: the last
         processed timestamp, i.e. only changes committed from now on. ``sub_ids`` restricts
-        to those subscriptions. Within a timestamp changes come as they apply: deletions,
+        to those subscriptions (one id or several). Within a timestamp changes come as they apply: deletions,
         insertions, updates, each by subscription id. With ``follow`` the generator polls
         the journal every ``poll`` seconds for new commits; it returns once ``until`` is
         processed, or, without ``follow``, once the committed changes are yielded.
         """
+        if isinstance(sub_ids, (int, np.integer, str)):
+            sub_ids = [sub_ids]
         wanted = None if sub_ids is None else pa.array(sorted({_subscription_id(s) for s in sub_ids}), pa.int64())
         cursor = from_t if from_t is not None else self.last_processed()
         if cursor is None:

@@ -232,6 +232,7 @@ def test_watch_yields_each_change_in_apply_order_and_resumes_after_a_timestamp(p
     assert everything == [Change(1, 101, "delete", (), ()), Change(1, 102, "insert", (), ()),
                           Change(1, 100, "update", (1, 2), (0.0, 5.0)), Change(2, 102, "update", (2,), (2.0,))]
     assert list(client.watch([102], from_t=1, follow=False)) == everything[3:]
+    assert list(client.watch(100, from_t=0, follow=False)) == everything[2:3]
     assert list(client.watch(follow=False)) == []  # default: from the last processed timestamp on
     assert list(client.watch(from_t=0, until=1)) == everything[:3]
 
