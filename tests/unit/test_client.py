@@ -20,6 +20,7 @@ from dkmsks.cli import main
 from dkmsks.client import Change, Client
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
+from dkmsks.spark.journal import commit
 from dkmsks.spark.landing import RefusedRows, take_pending
 from dkmsks.spark.lake import Lake
 from lake_tables import partitioned_warehouse
@@ -191,16 +192,16 @@ def test_publish_takes_dicts_and_tuples_quarantines_bad_rows_and_replays_to_noth
 
 
 def commit_run(warehouse, t, changes):
-    """A run's journal commit as far as readers see it: the ledger record of ``t`` and its
-    change records ``(sub_id, change, object_ids, d2)``."""
+    """A run's journal commit (DESIGN §8) as far as readers look: the ledger record of ``t``
+    and its change records ``(sub_id, change, object_ids, d2)``."""
     n = len(changes)
-    Lake.of(warehouse).append(tables.JOURNAL, pa.table({
+    commit(Lake.of(warehouse), pa.table({
         "record": ["ledger"] + ["change"] * n, "t": [t] * (n + 1), "plan_version": [0] * (n + 1),
         "run_id": ["test"] * (n + 1), "sub_id": pa.array([None] + [c[0] for c in changes], pa.int64()),
         "change": pa.array([None] + [c[1] for c in changes], pa.string()),
         "object_ids": pa.array([None] + [c[2] for c in changes], pa.list_(pa.int64())),
         "d2": pa.array([None] + [c[3] for c in changes], pa.list_(pa.float64())),
-    }))
+    }), t)
 
 
 @pytest.fixture

@@ -15,10 +15,12 @@ import pytest
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
+from dkmsks.spark.journal import commit, last_processed
 from dkmsks.spark.landing import (
     RefusedRows,
     landing_lock,
     next_open_timestamp,
+    processed_through,
     publish_rows,
     sealed_through,
     take_pending,
@@ -193,3 +195,13 @@ def test_the_landing_lock_keeps_a_half_published_timestamp_from_a_run(warehouse)
         proc.wait(timeout=30)
     with landing_lock(warehouse, "a publisher", timeout=0):  # released by both
         pass
+
+
+def test_the_last_processed_timestamp_from_the_log_is_the_ledgers(warehouse):
+    lake = Lake.of(warehouse)
+    assert processed_through(lake) == last_processed(lake) == 0
+    for to_t in (2, 3, 7):
+        commit(lake, pa.table({"record": ["ledger"], "t": [to_t], "plan_version": [0], "run_id": ["r"]}), to_t)
+    assert not commit(lake, pa.table({"record": ["ledger"], "t": [5], "plan_version": [0], "run_id": ["r"]}), 5)
+    assert processed_through(lake) == last_processed(lake) == 7
+    assert processed_through(lake, version=lake.version(tables.JOURNAL) - 1) == 3
