@@ -133,3 +133,26 @@ def test_published_subscribed_and_watched_live_results_equal_the_oracle(spark, f
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == [{"t": c.t, "sub_id": c.sub_id, "change": c.change, "object_ids": list(c.object_ids),
                         "distances": list(c.distances)} for c in seen]
+
+
+def test_a_repeated_spark_ingestion_after_the_pipeline_took_its_timestamps_is_a_replay(spark, fresh_db, tmp_path):
+    from dkmsks.spark.ingest import ingest_files
+    from dkmsks.spark.landing import sealed_through, take_pending
+    from dkmsks.spark.lake import Lake
+
+    objects = tmp_path / "objects.tsv"
+    objects.write_text("id\tx\ty\tkeywords\tt\n1\t0.5\t0.5\tcafe\t0\n2\t0.6\t0.6\tbar\t1\n")
+    events = tmp_path / "events.tsv"
+    events.write_text("op\tid\tx\ty\tkeywords\tk\tt\ninsert\t10\t0.5\t0.5\tcafe\t2\t0\ndelete\t10\t\t\t\t\t1\n")
+    first = ingest_files(spark, fresh_db, objects=objects, events=events, run_id="first")
+    take_pending(fresh_db, Lake.of(fresh_db), Vocabulary(), after=-1)
+    assert sealed_through(fresh_db) == 1
+    again = ingest_files(spark, fresh_db, objects=objects, events=events, run_id="again")
+    assert [(r.accepted, r.rejected) for r in again] == [(r.accepted, 0) for r in first] == [(2, 0), (2, 0)]
+    assert spark.table("quarantine").count() == 0
+    # A new row for a taken timestamp is late.
+    objects.write_text("id\tx\ty\tkeywords\tt\n3\t0.5\t0.5\tcafe\t1\n4\t0.5\t0.5\tcafe\t2\n")
+    (late,) = ingest_files(spark, fresh_db, objects=objects, run_id="late")
+    assert (late.accepted, late.rejected) == (1, 1)
+    assert [r.reason for r in spark.table("quarantine").collect()] == [
+        "t=1 is already processed (last processed timestamp 1): a late row is never applied"]
