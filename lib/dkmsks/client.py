@@ -162,10 +162,11 @@ class Client:
         tuple in that column order, in one idempotent append.
 
         A row without ``t`` (or with ``t=None``) lands at ``t`` (default: the next open
-        timestamp). A bad row does not stop the others: it is quarantined with its reason, as
-        from a file, under the source ``<source>#<digest of the batch>`` and its position
+        timestamp; should the pipeline take it meanwhile, such rows are refused as closed like
+        any late row). A bad row does not stop the others: it is quarantined with its reason,
+        as from a file, under the source ``<source>#<digest of the batch>`` and its position
         (1-based, objects and events numbered apart), and listed in the report's ``refused``.
-        Publishing the same batch again changes nothing.
+        Publishing the same rows at the same timestamps again changes nothing.
         """
         from dkmsks.spark.publish import events_table, objects_table
 
