@@ -279,3 +279,23 @@ def test_the_client_never_loads_spark(processed):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_ctrl_c_ends_dkm_watch_cleanly(processed):
+    import os
+    import signal
+    from pathlib import Path
+
+    dkm = Path(sys.executable).with_name("dkm")
+    proc = subprocess.Popen([str(dkm), "watch", "--from", "0", "--poll", "0.1", "--warehouse", str(processed.root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [proc.stdout.readline().rstrip("\n") for _ in range(4)]
+        time.sleep(0.5)  # following: waiting for the next commit
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert printed[-1] == "t=2 sub=102 update: 2 (2)"
+    assert proc.returncode == 0 and "Traceback" not in err, err
