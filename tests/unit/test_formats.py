@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -19,12 +20,16 @@ from bad_inputs import (
 from dkmsks.core.model import KnnResult, Objects, Op, Vocabulary
 from dkmsks.io.formats import (
     DECIMAL_PATTERN,
+    EVENT_COLUMNS,
     NON_FINITE_PATTERN,
+    OBJECT_COLUMNS,
     WGS84,
     AllRowsRejected,
     Bounds,
     InputError,
+    TimeWindow,
     bounds_option,
+    file_rows,
     read_events,
     read_objects,
     read_results,
@@ -292,3 +297,55 @@ def test_results_export_is_ordered_json_lines(tmp_path):
     assert read_results(tmp_path / "r.jsonl")[7] == {
         "sub_id": 7, "t": 42, "object_ids": [3, 1], "distances": [1.0, 2.0]
     }
+
+
+# --------------------------------------------------------------------------- windowed reads
+
+_EXTRA_OBJECTS = ["30\t1\t2\tcafe\t+3", "31\t1\t2\tcafe\t 3", "32\t1\t2\tcafe\t03", "33\t1\t2\tcafe\t2\r",
+                  "34\t1\t2\tcafe\t99999999999999999999", "35\t1\t2\tcafe\t4", "36\t1\t2\tcafe\t1",
+                  "37\t1\t2\tcaf\xe9\t9", "38\t1\t2\tcafe\t", "39\t1\t2\tcafe\t2"]
+
+
+def _plain_t_outside(raw: bytes, width: int, t_pos: int, after, upto) -> bool:
+    """The window rule restated on raw bytes: the header's field count and a t of 1 to 18
+    ASCII digits outside (after, upto]."""
+    fields = raw.split(b"\t")
+    if len(fields) != width:
+        return False
+    t = fields[t_pos].rstrip(b"\r") if t_pos == width - 1 else fields[t_pos]
+    if not re.fullmatch(rb"[0-9]{1,18}", t):
+        return False
+    return not ((after is None or int(t) > after) and (upto is None or int(t) <= upto))
+
+
+@pytest.mark.parametrize("window", [(None, 0), (0, 1), (1, 5), (2, None), (3, 3)])
+@pytest.mark.parametrize("columns", [OBJECT_COLUMNS, EVENT_COLUMNS])
+def test_a_windowed_read_skips_exactly_the_rows_whose_plain_t_is_outside(tmp_path, window, columns):
+    if columns == OBJECT_COLUMNS:
+        path = write_objects_file(tmp_path)
+        extra = _EXTRA_OBJECTS
+    else:
+        path = write_events_file(tmp_path)
+        extra = ["\t".join(["insert", *f[:4], "3", f[4]]) for f in (r.split("\t") for r in _EXTRA_OBJECTS)]
+    data = path.read_bytes() + "\n".join(extra).encode("latin-1")  # the last line has no newline
+    path.write_bytes(data)
+    full_rejected, windowed_rejected = [], []
+    full = list(file_rows(path, columns, full_rejected))
+    scope = TimeWindow(*window)
+    windowed = list(file_rows(path, columns, windowed_rejected, window=scope))
+
+    lines = data.split(b"\n")[1:]
+    skipped = {n for n, raw in enumerate(lines, start=2)
+               if _plain_t_outside(raw, len(columns), len(columns) - 1, *window)}
+    assert skipped and scope.skipped == len(skipped)
+    assert windowed == [row for row in full if row[0] not in skipped]
+    assert windowed_rejected == [r for r in full_rejected if r.line not in skipped]
+
+
+def test_a_windowed_read_of_parquet_tests_integer_timestamps_as_stored(tmp_path):
+    path = tmp_path / "objects.parquet"
+    pd.DataFrame({"id": [1, 2, 3], "x": [0.5] * 3, "y": [0.5] * 3, "keywords": ["a"] * 3,
+                  "t": [1, 2, 3]}).to_parquet(path)
+    scope = TimeWindow(1, 2)
+    rows = list(file_rows(path, OBJECT_COLUMNS, [], window=scope))
+    assert [(line, fields[0]) for line, fields, _ in rows] == [(3, "2")] and scope.skipped == 2

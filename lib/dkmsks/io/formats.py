@@ -341,16 +341,18 @@ def _open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _file_rows(path: Path, expected: tuple[str, ...], rejections: list[Rejection]) -> Iterator[RawRow]:
+def _file_rows(path: Path, expected: tuple[str, ...], rejections: list[Rejection],
+               window: TimeWindow | None = None) -> Iterator[RawRow]:
     """Yield a :data:`RawRow` for every line of ``path`` that has the header's shape.
 
     Lines that are not UTF-8, hold only separators, or have the wrong number of fields are
     rejected here. Parquet files yield their rows as strings so one validator serves every
-    format. Truncated or corrupt gzip data raises :class:`InputError`.
+    format. Truncated or corrupt gzip data raises :class:`InputError`. With a ``window``,
+    rows whose ``t`` is plainly outside it are left out first (:func:`file_rows`).
     """
     check_file(path)
     if _is_parquet(path):
-        yield from _parquet_rows(path, expected)
+        yield from _parquet_rows(path, expected, window)
         return
     delim = _delimiter(path)
     source = path.name
@@ -359,27 +361,126 @@ def _file_rows(path: Path, expected: tuple[str, ...], rejections: list[Rejection
         if not header_bytes:
             raise InputError(f"{path}: the file is empty (no header line)")
         positions, width = _header_positions(path, header_bytes, delim, expected)
-        blank = " " + delim
-        for lineno, raw in enumerate(fh, start=2):
-            try:
-                text = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, repr(raw[:TEXT_LIMIT])))
-                continue
-            if not text:
-                continue  # an empty line (e.g. after the last newline) carries no row
-            if "\ufffd" in text:
-                rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, text[:TEXT_LIMIT]))
-                continue
-            if not text.strip(blank):
-                rejections.append(Rejection(source, lineno, Reason.ONLY_SEPARATORS, text[:TEXT_LIMIT]))
-                continue
-            fields = text.split(delim)
-            if len(fields) != width:
-                rejections.append(Rejection(source, lineno, Reason.COLUMN_COUNT % (width, len(fields)),
-                                            text[:TEXT_LIMIT]))
-                continue
-            yield lineno, [fields[p] for p in positions], text
+        if window is None or window.unbounded:
+            lines: Iterable[tuple[int, bytes]] = enumerate(fh, start=2)
+        else:
+            lines = _lines_in_window(fh.read(), delim, positions[expected.index("t")], width, window)
+        for lineno, raw in lines:
+            row = _raw_row(lineno, raw, delim, positions, width, source, rejections)
+            if row is not None:
+                yield row
+
+
+def _raw_row(lineno: int, raw: bytes, delim: str, positions: list[int], width: int, source: str,
+             rejections: list[Rejection]) -> RawRow | None:
+    """The fields of one line, or None when it carries no row (empty) or is rejected here."""
+    try:
+        text = raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, repr(raw[:TEXT_LIMIT])))
+        return None
+    if not text:
+        return None  # an empty line (e.g. after the last newline) carries no row
+    if "\ufffd" in text:
+        rejections.append(Rejection(source, lineno, Reason.NOT_UTF8, text[:TEXT_LIMIT]))
+        return None
+    if not text.strip(" " + delim):
+        rejections.append(Rejection(source, lineno, Reason.ONLY_SEPARATORS, text[:TEXT_LIMIT]))
+        return None
+    fields = text.split(delim)
+    if len(fields) != width:
+        rejections.append(Rejection(source, lineno, Reason.COLUMN_COUNT % (width, len(fields)), text[:TEXT_LIMIT]))
+        return None
+    return lineno, [fields[p] for p in positions], text
+
+
+@dataclass
+class TimeWindow:
+    """Timestamps ``after < t <= upto`` (either bound optional) that a windowed read keeps.
+
+    ``skipped`` counts the rows a read left out because their ``t`` was outside the window.
+    """
+
+    after: int | None = None
+    upto: int | None = None
+    skipped: int = 0
+
+    @property
+    def unbounded(self) -> bool:
+        return self.after is None and self.upto is None
+
+    def holds(self, t: np.ndarray) -> np.ndarray:
+        inside = np.ones(t.shape[0], dtype=bool)
+        if self.after is not None:
+            inside &= t > self.after
+        if self.upto is not None:
+            inside &= t <= self.upto
+        return inside
+
+
+#: A ``t`` field the window test reads without the full rules: 1 to 18 ASCII digits (no sign,
+#: no spaces), so it fits int64. Any other spelling goes through the full validation.
+_PLAIN_T_DIGITS = 18
+
+
+def _lines_in_window(body: bytes, delim: str, t_col: int, width: int,
+                     window: TimeWindow) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of the body lines that may hold a row of ``window``.
+
+    Why: publishing the next timestamp of a large workload file must not validate the whole
+    file. The ``t`` field of every line is located and parsed with array operations over
+    the bytes; a line is left out only when it has the header's number of fields and a
+    plain ``t`` (:data:`_PLAIN_T_DIGITS`) outside the window. Every other line — a short one,
+    a ``t`` with a sign or spaces, an empty line — goes through the full rules, which give
+    the same verdict as an unwindowed read; nothing relies on the file being sorted by ``t``.
+    """
+    buf = np.frombuffer(body, dtype=np.uint8)
+    newlines = np.flatnonzero(buf == ord("\n"))
+    ends = newlines if buf.size == 0 or buf[-1] == ord("\n") else np.append(newlines, buf.size)
+    starts = np.concatenate(([0], newlines + 1))[: ends.shape[0]]
+    n = ends.shape[0]
+    delims = np.flatnonzero(buf == ord(delim))
+    # Line i's delimiters are delims[lo[i]] onwards, up to the first one at or after its end;
+    # a regular line has width - 1 of them.
+    lo = np.searchsorted(delims, starts)
+    regular = np.searchsorted(delims, ends) - lo == width - 1
+    lo = lo[regular]
+    first = starts[regular] if t_col == 0 else delims[lo + t_col - 1] + 1
+    last = ends[regular] if t_col == width - 1 else delims[lo + t_col]
+    if t_col == width - 1:  # a line's trailing carriage returns are no part of its last field
+        while True:
+            cr = (last > first) & (buf[np.maximum(last - 1, 0)] == ord("\r"))
+            if not cr.any():
+                break
+            last = last - cr
+    length = last - first
+    plain = (length >= 1) & (length <= _PLAIN_T_DIGITS)
+    t = np.zeros(first.shape[0], dtype=np.int64)
+    width_t = int(length[plain].max()) if plain.any() else 0
+    for j in range(width_t):  # Horner's rule, one digit position at a time
+        present = plain & (j < length)
+        digit = buf[np.where(present, first + j, 0)].astype(np.int64) - ord("0")
+        plain &= ~present | ((digit >= 0) & (digit <= 9))
+        t = np.where(present, t * 10 + digit, t)
+    outside = plain & ~window.holds(t)
+    keep = np.ones(n, dtype=bool)
+    keep[np.flatnonzero(regular)[outside]] = False
+    window.skipped += int(outside.sum())
+    for i in np.flatnonzero(keep).tolist():
+        yield i + 2, body[starts[i]:ends[i] + 1]  # with its newline, as a line read from the file
+
+
+def file_rows(path: str | Path, columns: tuple[str, ...], rejections: list[Rejection], *,
+              window: TimeWindow | None = None) -> Iterator[RawRow]:
+    """The raw rows of an objects or events file (``columns``: :data:`OBJECT_COLUMNS` or
+    :data:`EVENT_COLUMNS`) for :func:`validate_objects` / :func:`validate_events`; lines
+    refused before field validation are appended to ``rejections``.
+
+    With ``window`` the rows whose ``t`` is plainly outside it are skipped before any other
+    check and counted in ``window.skipped`` (:func:`_lines_in_window`). Rows whose ``t`` is
+    not plain are still yielded, so a caller keeps the validated rows inside the window.
+    """
+    return _file_rows(Path(path), columns, rejections, window)
 
 
 def _header_positions(path: Path, header_bytes: bytes, delim: str,
@@ -403,8 +504,9 @@ def _header_positions(path: Path, header_bytes: bytes, delim: str,
     return [header.index(c) for c in expected], len(header)
 
 
-def _parquet_rows(path: Path, expected: tuple[str, ...]) -> Iterator[RawRow]:
+def _parquet_rows(path: Path, expected: tuple[str, ...], window: TimeWindow | None = None) -> Iterator[RawRow]:
     import pyarrow as pa  # local: only Parquet inputs need it
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -414,8 +516,17 @@ def _parquet_rows(path: Path, expected: tuple[str, ...]) -> Iterator[RawRow]:
     missing = [c for c in expected if c not in table.column_names]
     if missing:
         raise InputError(f"{path}: Parquet columns {table.column_names} lack {missing}")
+    rows = np.arange(table.num_rows)
+    t_col = table.column("t")
+    if window is not None and not window.unbounded and pa.types.is_integer(t_col.type):
+        # Integer timestamps are tested as stored; nulls and text go through the full rules.
+        t = np.asarray(pc.fill_null(t_col, 0).to_numpy(), dtype=np.int64)
+        outside = ~window.holds(t) & ~np.asarray(pc.is_null(t_col).to_numpy(zero_copy_only=False), dtype=bool)
+        window.skipped += int(outside.sum())
+        rows = rows[~outside]
+        table = table.take(pa.array(rows))
     columns = [table.column(c).to_pylist() for c in expected]
-    for i, values in enumerate(zip(*columns, strict=True)):
+    for i, values in zip(rows.tolist(), zip(*columns, strict=True), strict=True):
         fields = ["" if v is None else str(v) for v in values]
         # Row numbers count like a text file with a header so reasons read the same.
         yield i + 2, fields, "\t".join(fields)
@@ -624,7 +735,7 @@ _OPS = {"insert": Op.INSERT, "delete": Op.DELETE}
 
 def validate_events(
     rows: Iterable[RawRow], vocab: Vocabulary, *, source: str, bounds: Bounds | None = None,
-    max_k: int = MAX_K,
+    max_k: int = MAX_K, liveness: bool = True,
 ) -> EventsLoad:
     """Validate subscription event rows given as text fields (:data:`EVENT_COLUMNS` order).
 
@@ -632,7 +743,9 @@ def validate_events(
     ``delete``; ``bounds`` as in :func:`validate_objects`), the events are replayed in
     timestamp order — within a timestamp deletions before insertions (docs/design.md §1) — and a
     delete of an id that is not live, or an insert of an id that is live, is refused.
-    Accepted events come back in that replay order, with their lines.
+    Accepted events come back in that replay order, with their lines. ``liveness=False``
+    leaves the replay to a caller that knows which subscriptions are live already (a
+    publisher: :func:`dkmsks.spark.landing.publish_rows` replays the warehouse's state first).
     """
     rejections: list[Rejection] = []
     enc = _KeywordEncoder(vocab)
@@ -686,30 +799,53 @@ def validate_events(
         np.asarray(ts, dtype=np.int64),
     )
     line_arr = np.asarray(lines, dtype=np.int64)
-    # Replay order: by t, deletions (op 1) before insertions (op 0), file order otherwise.
-    order = np.lexsort((np.arange(len(events)), -events.op.astype(np.int64), events.t))
+    if liveness:
+        order, refused = replay_liveness(events.op, events.ids, events.t)
+    else:
+        order, refused = replay_order(events.op, events.t), {}
     keep = np.ones(len(events), dtype=bool)
-    live: set[int] = set()
-    op_sorted = events.op[order]
-    id_sorted = events.ids[order]
-    for pos in range(order.shape[0]):
-        sid = int(id_sorted[pos])
-        if op_sorted[pos] == Op.DELETE:
-            if sid in live:
-                live.remove(sid)
-                continue
-            reason = Reason.DELETE_NOT_LIVE % (sid, int(events.t[order[pos]]))
-        else:
-            if sid not in live:
-                live.add(sid)
-                continue
-            reason = Reason.INSERT_LIVE % sid
-        r = int(order[pos])
+    for r, reason in refused.items():
         keep[r] = False
         rejections.append(Rejection(source, lines[r], reason, _event_text(events, r, vocab)))
     replayed = order[keep[order]]
     rejections.sort(key=lambda r: r.line)
     return EventsLoad(events.take(replayed), line_arr[replayed], rejections)
+
+
+def replay_order(op: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row order of subscription events as they apply: by ``t``, deletions before insertions,
+    then the given order (DESIGN §1)."""
+    return np.lexsort((np.arange(op.shape[0]), -op.astype(np.int64), t))
+
+
+def replay_liveness(op: np.ndarray, ids: np.ndarray, t: np.ndarray, *, judged: np.ndarray | None = None,
+                    live: Iterable[int] = ()) -> tuple[np.ndarray, dict[int, str]]:
+    """Replay subscription events and refuse those that do not fit the subscriptions' lives.
+
+    Events apply in :func:`replay_order`. Starting from the ids in ``live``, a delete of an
+    id that is not live or an insert of an id that is live is refused and changes nothing. Rows where ``judged``
+    is False (events landed earlier) are applied without a verdict. Returns the replay order
+    and ``{row: reason}`` of the refused rows. The one liveness rule of every reader and
+    publisher (the Spark readers apply it per id in ``mapInPandas``).
+    """
+    order = replay_order(op, t)
+    refused: dict[int, str] = {}
+    current = {int(i) for i in live}
+    for r in order.tolist():
+        sid = int(ids[r])
+        if op[r] == Op.DELETE:
+            if sid in current:
+                current.remove(sid)
+                continue
+            reason = Reason.DELETE_NOT_LIVE % (sid, int(t[r]))
+        else:
+            if sid not in current:
+                current.add(sid)
+                continue
+            reason = Reason.INSERT_LIVE % sid
+        if judged is None or judged[r]:
+            refused[r] = reason
+    return order, refused
 
 
 def read_events(

@@ -169,8 +169,18 @@ def ingest_files(
             rows, quarantined = c.rows, c.quarantined
             if sealed is not None:
                 # Taken by a run since the checks: closed, so quarantined (never merged unseen).
+                # A replay of a landed row is no late row (the MERGE skips it): a retried or
+                # repeated ingestion changes nothing, whatever the pipeline took meanwhile.
                 closed = rows.where(F.col("t") <= sealed)
-                rows = rows.where(F.col("t") > sealed)
+                landed = _landed(spark, c.table)
+                if landed is not None:
+                    keys = ["id"] if c.table == OBJECTS_TABLE else ["id", "t", "op"]
+                    known = landed.select(*keys).distinct()
+                    replays = closed.join(known, keys, "left_semi")
+                    closed = closed.join(known, keys, "left_anti").localCheckpoint(eager=True)
+                    rows = rows.where(F.col("t") > sealed).unionByName(replays).localCheckpoint(eager=True)
+                else:
+                    rows = rows.where(F.col("t") > sealed)
                 reason = F.format_string(f"timestamp %d is closed: the pipeline has taken every timestamp up to "
                                          f"{sealed}; publish at t > {sealed}", F.col("t"))
                 quarantined = quarantined.unionByName(closed.select(

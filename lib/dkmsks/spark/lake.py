@@ -85,7 +85,9 @@ class Lake:
              version: int | None = None) -> pa.Table:
         """Matching rows of ``name`` (at ``version``) as one Arrow table, unordered."""
         table = self.table(name, version)
-        data = pa.table(table.scan(columns=columns, predicate=predicate).read_all())
+        # Through the Arrow stream interface: pa.table() on a foreign table imports pandas
+        # first, which a reader (dkm status, watch, the client) otherwise never loads.
+        data = pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
         return data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
 
     def version(self, name: str) -> int:

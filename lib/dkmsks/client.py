@@ -1,0 +1,344 @@
+"""The Python client of a running pipeline: subscribe, publish, read and watch results.
+
+Usable from a notebook or any process next to the pipeline, without a JVM: every call reads
+the Delta logs or appends to the landing tables through delta-rs (DESIGN §4 "Spark-free
+access"), following the landing protocol of :mod:`dkmsks.spark.landing`::
+
+    from dkmsks.client import Client
+
+    c = Client("/data/warehouse")
+    t = c.subscribe(17, x=-122.41, y=37.77, keywords=["cafe", "bakery"], k=5)
+    for change in c.watch([17], from_t=t - 1):    # blocks; each change as its run commits
+        print(change.t, change.change, change.object_ids, change.distances)
+    c.results(17).object_ids                      # the exact kNN at the last processed timestamp
+
+Timestamps. A subscription or an object lands at a timestamp ``t``; the pipeline processes
+timestamps in order, and once it has taken ``t`` (sealed it) no row can be added there. The
+*next open timestamp* is the first one still open; ``t=None`` means it. A subscription
+registered at ``t`` receives the objects of ``t`` and later (DESIGN §1).
+
+Validation uses the readers' rule set (:mod:`dkmsks.io.formats`): a bad field raises
+``ValueError`` whose message names the field and the rule; a subscribe of a live id, an
+unsubscribe of an id that is not live at ``t`` (the current state plus the events landed but
+not processed yet) and an explicit ``t`` that is closed raise
+:class:`~dkmsks.spark.landing.RefusedRows` (a ``ValueError``) with the reason, writing nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dkmsks.core.model import Vocabulary
+from dkmsks.io.formats import (
+    EVENT_COLUMNS,
+    OBJECT_COLUMNS,
+    Bounds,
+    RawRow,
+    Reason,
+    Rejection,
+    shorten,
+    validate_events,
+    validate_objects,
+)
+from dkmsks.spark import tables
+from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, processed_through, publish_rows
+from dkmsks.spark.lake import Lake, where
+from dkmsks.warehouse import Warehouse
+
+#: The landing source of subscriptions made through :meth:`Client.subscribe` / ``unsubscribe``.
+CLIENT_SOURCE = "client"
+#: How often a defaulted ``t`` is retried when the pipeline seals it between look-up and append.
+_OPEN_ATTEMPTS = 3
+#: Order of one subscription's changes within a timestamp (DESIGN §1), as the export applies them.
+_CHANGE_ORDER = {"delete": 0, "insert": 1, "update": 2}
+
+
+@dataclass(frozen=True)
+class Result:
+    """The exact kNN of a subscription at processed timestamp ``t``: object ids and Euclidean
+    distances, ordered by ``(distance, object id)``."""
+
+    sub_id: int
+    t: int
+    object_ids: list[int]
+    distances: list[float]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One result change, committed with its timestamp ``t``: ``insert`` (registered, empty
+    result), ``update`` (the new result) or ``delete`` (unsubscribed, no result)."""
+
+    t: int
+    sub_id: int
+    change: str
+    object_ids: tuple[int, ...]
+    distances: tuple[float, ...]
+
+
+class Client:
+    """A warehouse database's pipeline, seen from a process without Spark (module doc).
+
+    ``warehouse``: a folder or a :class:`~dkmsks.warehouse.Warehouse` (default
+    ``$DKMSKS_WAREHOUSE``); ``database``: default ``$DKMSKS_DATABASE`` or ``default``;
+    ``bounds``: a :class:`~dkmsks.io.formats.Bounds` or its spelling (``"wgs84"``) to refuse
+    coordinates outside it, as ``--bounds`` does (default: any finite coordinate).
+    """
+
+    def __init__(self, warehouse: str | Path | Warehouse | None = None, database: str | None = None, *,
+                 bounds: Bounds | str | None = None) -> None:
+        if isinstance(warehouse, Warehouse):
+            self.warehouse = warehouse if database is None else warehouse.with_database(database)
+        else:
+            self.warehouse = Warehouse.at(warehouse, database)
+        self.bounds = Bounds.parse(bounds) if isinstance(bounds, str) else bounds
+        self.lake = Lake.of(self.warehouse)
+
+    def __repr__(self) -> str:
+        return f"Client({str(self.warehouse)!r})"
+
+    # ------------------------------------------------------------------ timestamps
+    def next_open_timestamp(self) -> int:
+        """The first timestamp rows can still be published at."""
+        return next_open_timestamp(self.warehouse, self.lake)
+
+    def last_processed(self) -> int | None:
+        """The newest processed timestamp (None before the first partitioning)."""
+        return processed_through(self.lake)
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe(self, id: int, x: float, y: float, keywords: str | Iterable[str], k: int,
+                  t: int | None = None) -> int:
+        """Register subscription ``id`` at ``(x, y)`` for ``keywords`` (OR semantics; a list
+        or one space-separated string) and ``k`` results at timestamp ``t`` (default: the
+        next open timestamp); returns the timestamp used."""
+        return self._event("insert", id, x, y, keywords, k, t)
+
+    def unsubscribe(self, id: int, t: int | None = None) -> int:
+        """Delete subscription ``id`` at ``t`` (default: the next open timestamp); returns it."""
+        return self._event("delete", id, None, None, None, None, t)
+
+    def _event(self, op: str, sid: Any, x: Any, y: Any, keywords: Any, k: Any, t: int | None) -> int:
+        from dkmsks.spark.publish import events_table
+
+        for attempt in range(_OPEN_ATTEMPTS):
+            at = self.next_open_timestamp() if t is None else t
+            fields = {"op": op, "id": sid, "x": x, "y": y, "keywords": keywords, "k": k, "t": at}
+            row = _raw_row(1, fields, EVENT_COLUMNS)
+            if isinstance(row, Rejection):
+                raise ValueError(row.reason)
+            vocab = Vocabulary()
+            load = validate_events([row], vocab, source=CLIENT_SOURCE, bounds=self.bounds, liveness=False)
+            if load.rejections:
+                raise ValueError(load.rejections[0].reason)
+            try:
+                publish_rows(self.warehouse, events=events_table(load, vocab, CLIENT_SOURCE), strict=True,
+                             run_id=CLIENT_SOURCE, who=f"a client ({op} of subscription {sid})")
+            except RefusedRows as err:
+                # Sealed between the look-up and the append: the next open timestamp moved on.
+                if t is None and err.closed_only and attempt + 1 < _OPEN_ATTEMPTS:
+                    continue
+                raise
+            return int(load.events.t[0])
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    # ------------------------------------------------------------------ publishing
+    def publish(self, objects: Iterable[Mapping[str, Any] | Sequence[Any]] = (),
+                events: Iterable[Mapping[str, Any] | Sequence[Any]] = (), *, t: int | None = None,
+                source: str = CLIENT_SOURCE) -> PublishReport:
+        """Publish objects (``id, x, y, keywords, t``) and subscription events (``op, id, x, y,
+        keywords, k, t``; a delete needs only ``op, id, t``), each a dict by column name or a
+        tuple in that column order, in one idempotent append.
+
+        A row without ``t`` (or with ``t=None``) lands at ``t`` (default: the next open
+        timestamp; should the pipeline take it meanwhile, such rows are refused as closed like
+        any late row). A bad row does not stop the others: it is quarantined with its reason,
+        as from a file, under the source ``<source>#<digest of the batch>`` and its position
+        (1-based, objects and events numbered apart), and listed in the report's ``refused``.
+        Publishing the same rows at the same timestamps again changes nothing.
+        """
+        from dkmsks.spark.publish import events_table, objects_table
+
+        object_rows, event_rows = list(objects), list(events)
+        if not object_rows and not event_rows:
+            return PublishReport()
+        at = self.next_open_timestamp() if t is None else t
+        raw = {"objects": _raw_rows(object_rows, OBJECT_COLUMNS, at),
+               "events": _raw_rows(event_rows, EVENT_COLUMNS, at)}
+        digest = hashlib.sha256(repr([[r if isinstance(r, Rejection) else r[2] for r in rows]
+                                      for rows in raw.values()]).encode()).hexdigest()[:12]
+        name = f"{source}#{digest}"
+        vocab = Vocabulary()
+        rejected: list[tuple[str, Rejection]] = []
+        o_rows = [r for r in raw["objects"] if not isinstance(r, Rejection)]
+        e_rows = [r for r in raw["events"] if not isinstance(r, Rejection)]
+        o_load = validate_objects(o_rows, vocab, source=name, bounds=self.bounds)
+        e_load = validate_events(e_rows, vocab, source=name, bounds=self.bounds, liveness=False)
+        for target, rows, load_rejections in ((tables.OBJECTS, raw["objects"], o_load.rejections),
+                                              (tables.EVENTS, raw["events"], e_load.rejections)):
+            early = [Rejection(name, r.line, r.reason, r.text) for r in rows if isinstance(r, Rejection)]
+            rejected += [(target, r) for r in sorted(early + load_rejections, key=lambda r: r.line)]
+        return publish_rows(self.warehouse, objects=objects_table(o_load, vocab, name) if len(o_load.objects) else None,
+                            events=events_table(e_load, vocab, name) if len(e_load.events) else None,
+                            rejected=rejected, run_id=source, who=f"a client ({source})")
+
+    # ------------------------------------------------------------------ results
+    def results(self, sub_id: int, as_of: int | None = None) -> Result:
+        """The exact kNN of ``sub_id`` at processed timestamp ``as_of`` (default: the last)."""
+        from dkmsks.spark.export import results_as_of
+
+        sid = _subscription_id(sub_id)
+        t, found = results_as_of(self.lake, as_of, sub_ids=[sid])
+        if sid not in found:
+            raise ValueError(f"subscription {sid} is not live at t={t}{self._pending_note(sid, t)}")
+        r = found[sid]
+        return Result(sid, t, [int(v) for v in r.object_ids], [float(v) for v in r.distances])
+
+    def _pending_note(self, sid: int, t: int) -> str:
+        """Why a subscription has no result yet, when its registration is landed but pending."""
+        events = self.lake.read(tables.EVENTS, columns=["op", "id", "t"], predicate=where(id__eq=sid, t__gt=t))
+        inserts = events.filter(pc.equal(events.column("op"), "insert")).column("t").to_pylist()
+        if inserts:
+            return (f": its registration at t={min(inserts)} is landed but not processed yet "
+                    f"(processed through t={t})")
+        return ": it was never registered, or it was deleted (subscribe it first)"
+
+    # ------------------------------------------------------------------ watching
+    def watch(self, sub_ids: int | Iterable[int] | None = None, from_t: int | None = None, *, poll: float = 1.0,
+              until: int | None = None, follow: bool = True) -> Iterator[Change]:
+        """Yield every result change of the timestamps after ``from_t``, a timestamp at a
+        time as the runs commit them (read from the journal's ``change`` records).
+
+        ``from_t`` is exclusive, so passing the last ``t`` seen resumes without a duplicate or
+        a gap (a run commits all the changes of its timestamps at once); default: the last
+        processed timestamp, i.e. only changes committed from now on. ``sub_ids`` restricts
+        to those subscriptions (one id or several). Within a timestamp changes come as they apply: deletions,
+        insertions, updates, each by subscription id. With ``follow`` the generator polls
+        the journal every ``poll`` seconds for new commits; it returns once ``until`` is
+        processed, or, without ``follow``, once the committed changes are yielded.
+        """
+        if isinstance(sub_ids, (int, np.integer, str)):
+            sub_ids = [sub_ids]
+        wanted = None if sub_ids is None else pa.array(sorted({_subscription_id(s) for s in sub_ids}), pa.int64())
+        cursor = from_t if from_t is not None else self.last_processed()
+        if cursor is None:
+            raise ValueError(f"{self.warehouse}: nothing processed yet, so there is no change to watch: "
+                             "partition first (dkm run, or the DAGs), or give from_t")
+        journal = self.lake.table(tables.JOURNAL)
+        seen_version = -1
+        while until is None or cursor < until:
+            version = journal.version()
+            if version != seen_version:
+                seen_version = version
+                cursor, changes = self._changes_after(cursor, version, wanted, until)
+                yield from changes
+                continue
+            if not follow:
+                return
+            time.sleep(poll)
+            journal.update_incremental()
+
+    def _changes_after(self, cursor: int, version: int, wanted: pa.Array | None,
+                       until: int | None) -> tuple[int, list[Change]]:
+        """The changes of the processed timestamps in ``(cursor, until]`` at journal
+        ``version``, and the newest of those timestamps (the next cursor)."""
+        ledger = self.lake.read(tables.JOURNAL, columns=["t"], version=version,
+                                predicate=where(record__eq="ledger", t__gt=cursor, t__le=until)).column("t")
+        if len(ledger) == 0:
+            return cursor, []
+        newest = int(pc.max(ledger).as_py())
+        rows = self.lake.read(tables.JOURNAL, columns=["t", "sub_id", "change", "object_ids", "d2"], version=version,
+                              predicate=where(record__eq="change", t__gt=cursor, t__le=newest))
+        if wanted is not None:
+            rows = rows.filter(pc.is_in(rows.column("sub_id"), value_set=wanted))
+        changes = [
+            Change(int(r["t"]), int(r["sub_id"]), r["change"], tuple(int(o) for o in r["object_ids"] or ()),
+                   tuple(math.sqrt(d) for d in r["d2"] or ()))
+            for r in rows.to_pylist()
+        ]
+        changes.sort(key=lambda c: (c.t, _CHANGE_ORDER[c.change], c.sub_id))
+        return newest, changes
+
+
+# ---------------------------------------------------------------------- rows as the rules read them
+
+
+def _subscription_id(value: Any) -> int:
+    """A subscription id checked by the readers' integer rule (a ValueError naming it)."""
+    row = _raw_row(1, {"op": "delete", "id": value, "t": 0}, EVENT_COLUMNS)
+    if not isinstance(row, Rejection):
+        load = validate_events([row], Vocabulary(), source=CLIENT_SOURCE, liveness=False)
+        if not load.rejections:
+            return int(load.events.ids[0])
+        row = load.rejections[0]
+    raise ValueError(row.reason)
+
+
+def _raw_rows(rows: list[Mapping[str, Any] | Sequence[Any]], columns: tuple[str, ...],
+              t: int) -> list[RawRow | Rejection]:
+    """Rows given in memory as :data:`~dkmsks.io.formats.RawRow` text fields (their position
+    is their line), or a :class:`Rejection` for a row of the wrong shape. ``t`` fills a
+    missing timestamp."""
+    out: list[RawRow | Rejection] = []
+    for line, row in enumerate(rows, start=1):
+        if isinstance(row, Mapping):
+            unknown = sorted(set(row) - set(columns))
+            if unknown:
+                raise ValueError(f"row {line} has unknown field(s) {unknown}; the fields are {', '.join(columns)}")
+            fields = dict(row)
+        elif isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise TypeError(f"row {line} is a {type(row).__name__}: give a dict by field name or a tuple "
+                             f"({', '.join(columns)})")
+        elif len(row) != len(columns):
+            text = "\t".join(_text(v) for v in row)
+            out.append(Rejection("", line, Reason.COLUMN_COUNT % (len(columns), len(row)), text))
+            continue
+        else:
+            fields = dict(zip(columns, row, strict=True))
+        if fields.get("t") is None:
+            fields["t"] = t
+        out.append(_raw_row(line, fields, columns))
+    return out
+
+
+def _raw_row(line: int, fields: Mapping[str, Any], columns: tuple[str, ...]) -> RawRow | Rejection:
+    """One row's fields as the text the rules validate; a keyword list element that holds a
+    space is refused here (joining it would turn one bad keyword into two good ones)."""
+    texts = []
+    for c in columns:
+        value = fields.get(c)
+        if c == "keywords" and not isinstance(value, str) and isinstance(value, Iterable):
+            words = [_text(w) for w in value]
+            spaced = next((w for w in words if " " in w), None)
+            if spaced is not None:
+                return Rejection("", line, Reason.NOT_NORMALISED % shorten(spaced), " ".join(words))
+            value = " ".join(words)
+        texts.append(_text(value))
+    return line, texts, "\t".join(texts)
+
+
+def _text(value: Any) -> str:
+    """A value as the text field a file would hold: numbers written exactly, nothing coerced
+    (``5.0`` as an id stays ``'5.0'``, which the integer rule refuses)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return repr(float(value))
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
