@@ -4,14 +4,15 @@
 Validates an objects file and a subscription-events file (TSV/CSV, `.gz`, or Parquet) and
 merges their good rows into the Delta landing tables; bad rows go to `quarantine` with their
 line and reason. Re-running with the same files changes nothing. Updates the asset
-`dkmsks://landing`, which triggers partitioning.
+`dkmsks://landing` with the warehouse in the event, which triggers partitioning of that
+warehouse.
 """
 
 from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
-from dkmsks_common import DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
+from dkmsks_common import DEFAULT_ARGS, JOB_PARAMS, LANDING, MACROS, START, spark_job
 
 
 @dag(
@@ -26,12 +27,12 @@ from dkmsks_common import DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
     params={
         "objects": Param("", type="string", minLength=1, description="objects file (TSV/CSV/.gz/Parquet)"),
         "events": Param("", type="string", minLength=1, description="subscription events file"),
-        "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
+        **JOB_PARAMS,
     },
+    user_defined_macros=MACROS,
 )
 def dkmsks_ingest():
     spark_job("ingest", "ingest.py", [
-        "--warehouse", "{{ params.warehouse }}",
         "--objects", "{{ params.objects }}",
         "--events", "{{ params.events }}",
     ], outlets=[LANDING])
