@@ -1,4 +1,5 @@
-"""Shared settings of the dkmsks DAGs: paths, the Spark connection, the writers' pool.
+"""Shared settings of the dkmsks DAGs: paths, the Spark connection, the writers' pool, the
+warehouse a run works on and the assets' events.
 
 Kept free of heavy imports (no numpy, pyspark or dkmsks at module level) so DAG parsing stays
 fast. Every Spark job goes through ``SparkSubmitOperator`` and the Airflow connection
@@ -9,6 +10,10 @@ Retries: a Spark task retries (``DEFAULT_ARGS``) unless its job exited with
 :data:`EXIT_INPUT_UNUSABLE`, which the jobs use for an input that no retry can fix (a truncated
 gzip file, missing columns, every row rejected); :class:`FailOnUnusableInput` then fails the
 task at once, and its log holds the job's one-line message.
+
+The warehouse travels with the assets: a job's asset event carries ``{"warehouse": ...}`` in its
+extra (:func:`record_warehouse`), and a run triggered by such events works on that warehouse
+(:func:`run_warehouse`); manual and scheduled runs use the ``warehouse`` Param.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import Asset, Param, RetryDecision, RetryPolicy
 
@@ -62,11 +69,54 @@ DEFAULT_ARGS = {
 }
 
 
+def run_warehouse(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, params: Mapping[str, Any]) -> str:
+    """The warehouse a run works on: the one named by the asset events that triggered it (their
+    extra's ``warehouse``, written by :func:`record_warehouse`), else the ``warehouse`` Param
+    (manual and scheduled runs, or events from elsewhere without it).
+
+    Used as the macro ``run_warehouse`` in templates (:data:`MACROS`) and by the Spark-free
+    checks, so both see the same warehouse. A run triggered by events of several warehouses
+    (several pipelines updated the asset while the DAG was busy) fails without retrying:
+    a run works on one warehouse, and picking one would silently leave the others out.
+    """
+    named = sorted({
+        event.extra["warehouse"]
+        for events in (triggering_asset_events or {}).values() for event in events
+        if isinstance((event.extra or {}).get("warehouse"), str) and event.extra["warehouse"]
+    })
+    if len(named) > 1:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(
+            f"this run was triggered by asset events of {len(named)} warehouses ({', '.join(named)}); a run "
+            "works on one: trigger this DAG once for each, with the warehouse Param set to it")
+    return named[0] if named else str(params["warehouse"])
+
+
+#: Template helpers of every dkmsks DAG (``user_defined_macros``).
+MACROS = {"run_warehouse": run_warehouse}
+#: The ``--warehouse`` value of every job: the run's warehouse (:func:`run_warehouse`).
+WAREHOUSE_ARG = "{{ run_warehouse(triggering_asset_events, params) }}"
+
+
+def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
+    """``post_execute`` hook of the Spark jobs: the asset events the task emits on success
+    carry the warehouse it worked on, so the runs they trigger work on it too."""
+    warehouse = run_warehouse(context["triggering_asset_events"], context["params"])
+    for asset in context["task"].outlets:
+        context["outlet_events"][asset].extra = {"warehouse": warehouse}
+
+
 def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
     """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars,
-    environment and connection; ``--run-id {{ run_id }}`` is appended so every write of the
-    job carries the Airflow run that made it. An unusable input fails it without retries
-    (:class:`FailOnUnusableInput`)."""
+    environment, connection and driver settings (:func:`driver_conf`).
+
+    The job gets ``--warehouse`` (the run's warehouse, :data:`WAREHOUSE_ARG`) before ``args``
+    and ``--run-id {{ run_id }}`` after them, so every write of the job carries the Airflow run
+    that made it; its asset events carry the warehouse (:func:`record_warehouse`). The DAG
+    needs ``user_defined_macros=MACROS`` and the Params of :data:`JOB_PARAMS`.
+    An unusable input fails it without retries (:class:`FailOnUnusableInput`).
+    """
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     return SparkSubmitOperator(
@@ -74,12 +124,32 @@ def spark_job(task_id: str, application: str, args: list[str], outlets: list[Ass
         application=str(SPARK_APPS / application),
         conn_id=SPARK_CONN_ID,
         jars=delta_jars(),
+        conf=driver_conf(),
         env_vars=spark_env(),
         name=f"dkmsks-{task_id}",
-        application_args=[*args, "--run-id", "{{ run_id }}"],
+        application_args=["--warehouse", WAREHOUSE_ARG, *args, "--run-id", "{{ run_id }}"],
         outlets=outlets,
         retry_policy=FailOnUnusableInput(),
+        post_execute=record_warehouse,
     )
+
+
+def driver_conf() -> dict[str, str]:
+    """Spark settings that must be given to spark-submit, because the driver's JVM is running
+    before the job's own session settings (``dkmsks.spark.session``) apply: the heap (the
+    ``driver_memory`` Param) and, as in that module, ``$DKMSKS_DRIVER_MAX_RESULT``, the log
+    settings (``conf/log4j2.properties``) and ``$DKMSKS_DRIVER_JAVA_OPTS`` (read when the DAG
+    is parsed)."""
+    conf = {
+        "spark.driver.memory": "{{ params.driver_memory }}",
+        "spark.driver.maxResultSize": os.environ.get("DKMSKS_DRIVER_MAX_RESULT", "2g"),
+    }
+    log_config = Path(os.environ.get("DKMSKS_LOG4J", REPO / "conf" / "log4j2.properties"))
+    java_opts = [f"-Dlog4j2.configurationFile={log_config.as_uri()}"] if log_config.is_file() else []
+    java_opts += os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").split()
+    if java_opts:
+        conf["spark.driver.extraJavaOptions"] = " ".join(java_opts)
+    return conf
 
 
 def delta_jars() -> str:
@@ -97,9 +167,19 @@ _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 #: What the ingest DAG's ``bounds`` param accepts (``--bounds`` of spark_apps/ingest.py).
 BOUNDS_PATTERN = rf"^(|none|wgs84|{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER})$"
 
+#: Params of every DAG: where the job works (manual runs; asset-triggered runs take the warehouse
+#: of their events, :func:`run_warehouse`) and the driver's heap.
+JOB_PARAMS = {
+    "warehouse": Param(WAREHOUSE, type="string", minLength=1,
+                       description="Delta warehouse folder (runs triggered by an asset use the asset event's)"),
+    "driver_memory": Param(os.environ.get("DKMSKS_DRIVER_MEMORY", "4g"), type="string",
+                           pattern="^[1-9][0-9]*[kmgtKMGT]$",
+                           description="heap of the Spark driver (spark.driver.memory), e.g. 4g; |S| = 10M needs 10g"),
+}
+
 # The tuning parameters as DAG Params, written out as plain literals so DAG parsing imports
 # nothing of the project; tests/dags checks them against dkmsks.core.config.PARAMETERS.
-PARTITION_PARAMS = {
+TUNING_PARAMS = {
     "method": Param("dkm", enum=["kop", "sop", "dkm", "ps2"],
                     description="partitioner: kop, sop, dkm (DkM-SKS) or ps2 (PS2Stream extended to kNN)"),
     "workers": Param(20, type="integer", minimum=1, maximum=1024, description="m, the number of workers"),
@@ -120,11 +200,11 @@ PARTITION_PARAMS = {
     "ps2_beta": Param(1, type="integer", minimum=0, description="ps2: count weight of a subscription"),
     "ps2_new": Param("argmin", enum=["argmin", "route"],
                      description="ps2: new subscriptions to the lowest count (argmin) or their home leaf (route)"),
-    "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
 }
+PARTITION_PARAMS = {**TUNING_PARAMS, **JOB_PARAMS}
 
-#: spark_apps/partition.py's flags, one per Param (flags are the Params' names with dashes).
-PARTITION_ARGS = [arg for name in PARTITION_PARAMS
+#: spark_apps/partition.py's tuning flags, one per Param (flags are the Params' names with dashes).
+PARTITION_ARGS = [arg for name in TUNING_PARAMS
                   for arg in ("--" + name.replace("_", "-"), "{{ params.%s }}" % name)]
 
 
@@ -194,6 +274,21 @@ def _processed_through(tables: Path) -> tuple[bool, object]:
         return False, None
     found = _rows_and_max(files, "t")
     return (False, None) if found is None else (True, found[1])
+
+
+def partition_skip_reason(warehouse: str | Path) -> str | None:
+    """Why the initial partitioning would do nothing, or ``None`` when it has work (or we cannot
+    tell: the job then runs and its ``--if-absent`` decides).
+
+    The Spark-free twin of ``dkmsks.jobs.partition.partition_done``: the initial partitioning is
+    done once its ledger record is in the journal (read from the Delta logs under
+    ``<warehouse>/tables``, like :func:`repartition_skip_reason`).
+    """
+    known, last = _processed_through(Path(warehouse) / "tables")
+    if known and last is not None:
+        return (f"the initial partitioning of {warehouse} is done (ledger through t = {last}): nothing to do "
+                "(dkmsks_repartition makes new plans)")
+    return None
 
 
 def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:

@@ -4,7 +4,8 @@
 Validates an objects file and a subscription-events file (TSV/CSV, `.gz`, or Parquet) and
 merges their good rows into the Delta landing tables; bad rows go to `quarantine` with their
 line and reason. Re-running with the same files changes nothing. Updates the asset
-`dkmsks://landing`, which triggers partitioning.
+`dkmsks://landing` with the warehouse in the event, which triggers partitioning of that
+warehouse.
 
 Coordinates may be in any finite units (degrees, projected metres); `bounds` turns on a range
 check (`wgs84` or `xmin,ymin,xmax,ymax`). A file that cannot be used as a whole (truncated
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
-from dkmsks_common import BOUNDS_PATTERN, DEFAULT_ARGS, LANDING, START, WAREHOUSE, spark_job
+from dkmsks_common import BOUNDS_PATTERN, DEFAULT_ARGS, JOB_PARAMS, LANDING, MACROS, START, spark_job
 
 
 @dag(
@@ -32,15 +33,15 @@ from dkmsks_common import BOUNDS_PATTERN, DEFAULT_ARGS, LANDING, START, WAREHOUS
     params={
         "objects": Param("", type="string", minLength=1, description="objects file (TSV/CSV/.gz/Parquet)"),
         "events": Param("", type="string", minLength=1, description="subscription events file"),
-        "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
+        **JOB_PARAMS,
         "bounds": Param("", type="string", pattern=BOUNDS_PATTERN,
                         description="optional coordinate range check: empty (none, the default), "
                                     "'wgs84', or 'xmin,ymin,xmax,ymax'"),
     },
+    user_defined_macros=MACROS,
 )
 def dkmsks_ingest():
     spark_job("ingest", "ingest.py", [
-        "--warehouse", "{{ params.warehouse }}",
         "--objects", "{{ params.objects }}",
         "--events", "{{ params.events }}",
         "--bounds={{ params.bounds }}",  # one token: an empty value stays an argument

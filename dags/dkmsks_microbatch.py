@@ -3,8 +3,10 @@
 
 Processes every timestamp that has landed since the last run, with one Spark task per
 worker, and commits results, change log, metrics and ledger in one idempotent journal
-append: a retry or a crash cannot lose or double-apply a timestamp. Runs on its schedule (Airflow
-Variable `dkmsks_microbatch_schedule`, default every 5 minutes) and whenever a plan is made.
+append: a retry or a crash cannot lose or double-apply a timestamp. Runs on its schedule (the
+cron in the environment variable `AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE` when the DAG file is
+parsed, default every 5 minutes; on the `warehouse` Param) and whenever a plan is made (on the
+warehouse named in the `dkmsks://plan` event).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from airflow.sdk import Param, dag
 from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from dkmsks_common import DEFAULT_ARGS, PLAN, RESULTS, START, WAREHOUSE, spark_job
+from dkmsks_common import DEFAULT_ARGS, JOB_PARAMS, MACROS, PLAN, RESULTS, START, spark_job
 
 
-# The schedule is read at parse time from the environment (AIRFLOW_VAR_ style keeps it an
-# Airflow Variable without a metadata-database query on every parse).
+# The schedule is read at parse time from the environment, the first place Airflow looks for
+# the Variable dkmsks_microbatch_schedule; a Variable stored in the metadata database (UI, CLI)
+# is not read, which would cost a database query on every parse of this file.
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *")
 
 
@@ -33,14 +36,14 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *
     default_args=DEFAULT_ARGS,
     tags=["dkmsks", "microbatch"],
     params={
-        "warehouse": Param(WAREHOUSE, type="string", minLength=1, description="Delta warehouse folder"),
+        **JOB_PARAMS,
         "max_timestamps": Param(None, type=["null", "integer"], minimum=1,
                                 description="commit every N timestamps (default: all pending in one run)"),
     },
+    user_defined_macros=MACROS,
 )
 def dkmsks_microbatch():
     spark_job("microbatch", "microbatch.py", [
-        "--warehouse", "{{ params.warehouse }}",
         "--max-timestamps", "{{ params.max_timestamps or 0 }}",
     ], outlets=[RESULTS])
 

@@ -1,17 +1,34 @@
 """
-### dkmsks: partition the subscriptions (KOP, SOP or DkM-SKS)
+### dkmsks: partition the subscriptions (KOP, SOP, DkM-SKS or PS2Stream)
 
-Runs after O_init is ingested (asset `dkmsks://landing`) or when triggered: computes the
-O_init statistics and the initial subscriptions' exact kNN with Spark, builds the plan with
-the chosen method and writes the plan and the per-worker state. A plan that already exists is
-left alone (safe to retry; use `dkmsks_repartition` for a new plan). Updates `dkmsks://plan`.
+Runs after O_init is ingested (asset `dkmsks://landing`, on the warehouse named in the asset
+event) or when triggered: computes the O_init statistics and the initial subscriptions' exact
+kNN with Spark, builds the plan with the chosen method and writes the plan and the per-worker
+state. Updates `dkmsks://plan`, with the warehouse in the event, which starts a micro-batch.
+
+The first plan only: a cheap first task (`check_partition`, no Spark) reads the Delta logs and
+short-circuits when the initial partitioning is done already (a later ingestion, a second
+trigger). The Spark job is then skipped and `dkmsks://plan` is not updated, so no micro-batch is
+started for nothing. `dkmsks_repartition` makes new plans.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import dag
+from airflow.sdk import dag, task
 
-from dkmsks_common import DEFAULT_ARGS, LANDING, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, spark_job
+from dkmsks_common import (
+    DEFAULT_ARGS, LANDING, MACROS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, partition_skip_reason,
+    run_warehouse, spark_job,
+)
+
+
+@task.short_circuit(task_id="check_partition")
+def check_partition(params=None, triggering_asset_events=None) -> bool:
+    """True when the run's warehouse has no initial plan yet; otherwise logs why and skips the job."""
+    reason = partition_skip_reason(run_warehouse(triggering_asset_events, params))
+    if reason:
+        print(f"skipping the partitioning: {reason}")
+    return reason is None
 
 
 @dag(
@@ -24,9 +41,11 @@ from dkmsks_common import DEFAULT_ARGS, LANDING, PARTITION_ARGS, PARTITION_PARAM
     default_args=DEFAULT_ARGS,
     tags=["dkmsks", "partition"],
     params=PARTITION_PARAMS,
+    user_defined_macros=MACROS,
 )
 def dkmsks_partition():
-    spark_job("partition", "partition.py", [*PARTITION_ARGS, "--if-absent"], outlets=[PLAN])
+    # --if-absent stays: if the check cannot read the logs, the job itself does nothing twice.
+    check_partition() >> spark_job("partition", "partition.py", [*PARTITION_ARGS, "--if-absent"], outlets=[PLAN])
 
 
 dkmsks_partition()

@@ -3,8 +3,10 @@
 
 Makes a new plan from the current subscriptions and their current balls and switches the
 per-worker state to it in one Delta commit; results stay exact across the switch. Shares the
-writers' pool with the micro-batch, so the two never run at the same time. Schedule: Airflow
-Variable `dkmsks_repartition_schedule` (default daily at 03:00 UTC).
+writers' pool with the micro-batch, so the two never run at the same time. Schedule: the cron in
+the environment variable `AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE` when the DAG file is parsed
+(default daily at 03:00 UTC). Updates `dkmsks://plan` with the warehouse in the event, which
+starts a micro-batch on that warehouse.
 
 A cheap first task (`check_plan`, no Spark) reads the Delta logs and short-circuits when there is
 nothing to do: no plan yet, or (scheduled runs) no timestamp processed since the current plan.
@@ -19,17 +21,20 @@ import os
 from airflow.sdk import dag, task
 
 from dkmsks_common import (
-    DEFAULT_ARGS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, repartition_skip_reason, spark_job,
+    DEFAULT_ARGS, MACROS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, repartition_skip_reason, run_warehouse,
+    spark_job,
 )
 
 
+# Read at parse time from the environment, as the micro-batch's schedule (see there).
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *")
 
 
 @task.short_circuit(task_id="check_plan")
-def check_plan(params=None, dag_run=None) -> bool:
+def check_plan(params=None, dag_run=None, triggering_asset_events=None) -> bool:
     """True when the repartitioning has work; otherwise logs why and skips it."""
-    reason = repartition_skip_reason(params["warehouse"], scheduled=dag_run.run_type == "scheduled")
+    reason = repartition_skip_reason(run_warehouse(triggering_asset_events, params),
+                                     scheduled=dag_run.run_type == "scheduled")
     if reason:
         print(f"skipping the repartition: {reason}")
     return reason is None
@@ -45,6 +50,7 @@ def check_plan(params=None, dag_run=None) -> bool:
     default_args=DEFAULT_ARGS,
     tags=["dkmsks", "partition"],
     params=PARTITION_PARAMS,
+    user_defined_macros=MACROS,
 )
 def dkmsks_repartition():
     check_plan() >> spark_job("repartition", "partition.py", [*PARTITION_ARGS, "--repartition"], outlets=[PLAN])

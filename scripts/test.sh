@@ -23,4 +23,8 @@ scripts/install_test_deps.sh  # Debian's chromium and docker-compose for the e2e
 # Two pytest-xdist workers: most of the suite's time is JVM and Airflow start-up and waiting,
 # which two processes overlap on two cores. tests/conftest.py keeps tests that share a fixture
 # (one Airflow, one SparkSession, one prepared warehouse) on one worker. -n 0: one process.
-exec .venv/bin/python -m pytest tests -q -n "${DKMSKS_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Arguments go to pytest; without a test path among them the whole suite (tests/) runs.
+paths=()
+for arg in "$@"; do [[ "$arg" == tests* ]] && paths+=("$arg"); done
+[ ${#paths[@]} -gt 0 ] || set -- tests "$@"
+exec .venv/bin/python -m pytest -q -n "${DKMSKS_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -54,18 +55,29 @@ def test_policy(dagbag, dag_id):
         assert Path(task.application).is_file(), task.application
         assert Path(task.application).parent.name == "spark_apps"
         assert "--run-id" in task.application_args and "{{ run_id }}" in task.application_args
+        # The run's warehouse (asset event or Param), recorded in the task's asset events.
+        assert task.application_args[:2] == ["--warehouse", "{{ run_warehouse(triggering_asset_events, params) }}"]
+        assert task._post_execute_hook.__name__ == "record_warehouse"
+        assert task.conf["spark.driver.memory"] == "{{ params.driver_memory }}"
+    assert dag.user_defined_macros["run_warehouse"].__name__ == "run_warehouse"
+    assert {"warehouse", "driver_memory"} <= set(dag.params)
 
 
 def test_assets_chain_ingestion_to_partitioning_to_microbatches(dagbag):
-    ingest = dagbag.dags["dkmsks_ingest"].tasks[0]
+    ingest = dagbag.dags["dkmsks_ingest"].get_task("ingest")
     partition = dagbag.dags["dkmsks_partition"]
     micro = dagbag.dags["dkmsks_microbatch"]
     assert [a.name for a in ingest.outlets] == ["dkmsks://landing"]
     assert "dkmsks://landing" in str(partition.timetable.asset_condition)
-    assert [a.name for a in partition.tasks[0].outlets] == ["dkmsks://plan"]
+    job = partition.get_task("partition")
+    assert [a.name for a in job.outlets] == ["dkmsks://plan"]
     assert "dkmsks://plan" in str(micro.timetable.asset_condition)
-    assert "--if-absent" in partition.tasks[0].application_args  # a retry never re-partitions
+    assert "--if-absent" in job.application_args  # a retry never re-partitions
     assert "--repartition" in dagbag.dags["dkmsks_repartition"].get_task("repartition").application_args
+    # Only the Spark jobs update assets: a check that skips its job means no asset event.
+    for dag in dagbag.dags.values():
+        for task in dag.tasks:
+            assert not task.outlets or task.task_type == "SparkSubmitOperator", (dag.dag_id, task.task_id)
 
 
 @pytest.mark.parametrize(
@@ -240,8 +252,6 @@ def test_repartition_skip_reason_reads_the_delta_logs(common, tmp_path, case, sc
 
 
 def test_check_plan_short_circuits_a_scheduled_run_with_nothing_to_do(dagbag, tmp_path):
-    from types import SimpleNamespace
-
     check = dagbag.dags["dkmsks_repartition"].get_task("check_plan")
     params = {"warehouse": str(tmp_path)}
     scheduled, manual = SimpleNamespace(run_type="scheduled"), SimpleNamespace(run_type="manual")
@@ -319,3 +329,208 @@ def test_the_ingest_bounds_param_takes_what_the_job_takes(dagbag, value, valid):
             bounds_option(value)
     task = dagbag.dags["dkmsks_ingest"].get_task("ingest")
     assert "--bounds={{ params.bounds }}" in task.application_args  # one token: an empty value stays an argument
+# --- the warehouse travels with the asset events: an asset-triggered run works where the data is
+
+
+def _events(*warehouses) -> dict:
+    """``triggering_asset_events`` as the task context holds them: asset -> events with ``extra``."""
+    from airflow.sdk import Asset
+
+    return {Asset("dkmsks://landing"): [SimpleNamespace(extra={} if w is None else {"warehouse": w})
+                                        for w in warehouses]}
+
+
+@pytest.mark.parametrize(
+    ("warehouses", "expected"),
+    [
+        ((), "/param"),  # manual or scheduled run
+        ((None,), "/param"),  # an event from elsewhere (REST API, another DAG) without a warehouse
+        (("/a",), "/a"),
+        (("/a", "/a", None), "/a"),
+        (("",), "/param"),
+    ],
+)
+def test_run_warehouse_is_the_triggering_events_else_the_param(common, warehouses, expected):
+    assert common.run_warehouse(_events(*warehouses), {"warehouse": "/param"}) == expected
+    assert common.run_warehouse(None, {"warehouse": "/param"}) == "/param"
+
+
+def test_run_warehouse_refuses_events_of_several_warehouses_without_retrying(common):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=r"asset events of 2 warehouses \(/a, /b\); a run works on one"):
+        common.run_warehouse(_events("/b", "/a"), {"warehouse": "/param"})
+
+
+def _rendered(dag, task_id: str, triggering: dict, **params):
+    """A copy of the task with its templates rendered as a run would (no database needed)."""
+    from airflow.sdk.definitions.param import ParamsDict
+
+    # A shallow copy: rendering replaces the templated attributes, so the DAG's task keeps its
+    # templates (a deep copy fails once another test has made the operator's hook, which holds a lock).
+    task = copy.copy(dag.get_task(task_id))
+    values = ParamsDict(copy.deepcopy(dag.params))  # validated as a run's conf is
+    for name, value in params.items():
+        values[name] = value
+    task.render_template_fields({"params": values.validate(), "triggering_asset_events": triggering, "run_id": "manual__t"},
+                                jinja_env=dag.get_template_env())
+    return task
+
+
+@pytest.mark.parametrize(("dag_id", "task_id"), [("dkmsks_ingest", "ingest"), ("dkmsks_partition", "partition"),
+                                                 ("dkmsks_microbatch", "microbatch"),
+                                                 ("dkmsks_repartition", "repartition")])
+def test_every_job_works_on_the_runs_warehouse_and_records_it_in_its_events(dagbag, dag_id, task_id):
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    dag = dagbag.dags[dag_id]
+    params = {"objects": "o.tsv", "events": "e.tsv"} if dag_id == "dkmsks_ingest" else {}
+    manual = _rendered(dag, task_id, {}, warehouse="/param", **params)
+    assert manual.application_args[:2] == ["--warehouse", "/param"]
+    assert manual.application_args[-2:] == ["--run-id", "manual__t"]
+    triggered = _rendered(dag, task_id, _events("/from-event"), warehouse="/param", **params)
+    assert triggered.application_args[:2] == ["--warehouse", "/from-event"]
+
+    outlet_events = OutletEventAccessors()
+    triggered._post_execute_hook({"params": {"warehouse": "/param"}, "triggering_asset_events": _events("/from-event"),
+                                  "task": triggered, "outlet_events": outlet_events}, None)
+    assert [outlet_events[asset].extra for asset in triggered.outlets] == [{"warehouse": "/from-event"}]
+
+
+# --- driver settings reach spark-submit (the driver's JVM is up before the job's session settings apply)
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_spark_submit_gets_the_driver_memory_param(dagbag, dag_id, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_DKMSKS_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    dag = dagbag.dags[dag_id]
+    job = next(t for t in dag.tasks if t.task_type == "SparkSubmitOperator")
+    params = {"objects": "o.tsv", "events": "e.tsv"} if dag_id == "dkmsks_ingest" else {}
+    for memory in (None, "10g"):
+        task = _rendered(dag, job.task_id, {}, **params, **({"driver_memory": memory} if memory else {}))
+        cmd = task._get_hook()._build_spark_submit_command(task.application)
+        assert cmd[:3] == ["spark-submit", "--master", "local[2]"]
+        conf = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+        assert f"spark.driver.memory={memory or '4g'}" in conf
+        assert "spark.driver.maxResultSize=2g" in conf
+
+
+def test_driver_settings_are_the_sessions(dagbag, common, tmp_path, monkeypatch):
+    """What the DAGs hand to spark-submit is what ``build_session`` sets when it starts the JVM."""
+    from dkmsks.spark.session import session_conf
+    from dkmsks.warehouse import Warehouse
+
+    for name in ("DKMSKS_DRIVER_MEMORY", "DKMSKS_DRIVER_MAX_RESULT", "DKMSKS_DRIVER_JAVA_OPTS"):
+        monkeypatch.delenv(name, raising=False)
+    session = session_conf(Warehouse(tmp_path), master="local[2]")
+    assert dagbag.dags["dkmsks_microbatch"].params["driver_memory"] == session["spark.driver.memory"]
+    assert common.driver_conf()["spark.driver.maxResultSize"] == session["spark.driver.maxResultSize"]
+    assert common.driver_conf()["spark.driver.extraJavaOptions"] == session["spark.driver.extraJavaOptions"]
+    assert "log4j2.configurationFile=" in session["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("DKMSKS_DRIVER_JAVA_OPTS", "-XX:TieredStopAtLevel=1")
+    session = session_conf(Warehouse(tmp_path), master="local[2]")
+    assert common.driver_conf()["spark.driver.extraJavaOptions"] == session["spark.driver.extraJavaOptions"]
+    assert session["spark.driver.extraJavaOptions"].endswith(" -XX:TieredStopAtLevel=1")
+
+
+@pytest.mark.parametrize(("value", "ok"), [("4g", True), ("10G", True), ("512m", True), ("4096", False),
+                                           ("4gb", False), ("0g", False), ("", False)])
+def test_driver_memory_param_takes_what_the_jvm_takes(dagbag, value, ok):
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = ParamsDict(copy.deepcopy(dagbag.dags["dkmsks_microbatch"].params))
+    if ok:
+        params["driver_memory"] = value
+        assert params.validate()["driver_memory"] == value
+    else:
+        with pytest.raises(ParamValidationError, match="Invalid input for param driver_memory"):
+            params["driver_memory"] = value
+
+
+# --- schedules: the environment variables AIRFLOW_VAR_DKMSKS_*_SCHEDULE, read at parse time
+
+
+def _cron(dag) -> str:
+    import attrs
+
+    timetable = dag.timetable
+    if hasattr(timetable, "timetable"):  # asset-or-time: the time part
+        return timetable.timetable._expression
+    return attrs.asdict(timetable)["expression"]
+
+
+def test_schedules_come_from_the_environment(dagbag, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    assert _cron(dagbag.dags["dkmsks_microbatch"]) == "*/5 * * * *"
+    assert _cron(dagbag.dags["dkmsks_repartition"]) == "0 3 * * *"
+    monkeypatch.setenv("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/2 * * * *")
+    monkeypatch.setenv("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "30 4 * * 0")
+    for name, cron in (("microbatch", "*/2 * * * *"), ("repartition", "30 4 * * 0")):
+        bag = DagBag(dag_folder=str(DAGS / f"dkmsks_{name}.py"))
+        assert bag.import_errors == {}
+        assert _cron(bag.dags[f"dkmsks_{name}"]) == cron
+
+
+# --- the initial partitioning: a Spark-free check, so a second run updates no dkmsks://plan
+
+
+def test_partition_runs_spark_only_after_a_cheap_check(dagbag):
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
+
+    dag = dagbag.dags["dkmsks_partition"]
+    check, job = dag.get_task("check_partition"), dag.get_task("partition")
+    assert isinstance(check, ShortCircuitOperator)
+    assert job.upstream_task_ids == {"check_partition"}
+    assert check.outlets == [] and [a.name for a in job.outlets] == ["dkmsks://plan"]
+
+
+def _journal(table: Path, *ledger_ts: int) -> None:
+    commits = [[{"metaData": {"id": "j", "partitionColumns": ["record"]}}]]
+    for t in ledger_ts:
+        row = _add(f"j{t}.parquet", 1, t=t)
+        row["add"]["partitionValues"] = {"record": "ledger"}
+        commits.append([row])
+    _write_log(table, *commits)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("no warehouse", None),
+        ("journal, no ledger record yet", None),  # an interrupted first run: the job redoes it
+        ("journal, first ledger record", "is done (ledger through t = 0)"),
+        ("journal, t=1..3 processed", "is done (ledger through t = 3)"),
+        ("ledger table (earlier layout)", "is done (ledger through t = 0)"),
+        ("statistics missing", None),  # cannot tell: the job runs and --if-absent decides
+    ],
+)
+def test_partition_skip_reason_reads_the_delta_logs(common, tmp_path, case, expected):
+    tables = tmp_path / "tables"
+    if case == "journal, no ledger record yet":
+        _journal(tables / "journal")
+    elif case == "journal, first ledger record":
+        _journal(tables / "journal", 0)
+    elif case == "journal, t=1..3 processed":
+        _journal(tables / "journal", 0, 1, 2, 3)
+    elif case == "ledger table (earlier layout)":
+        _write_log(tables / "ledger", _ledger(0))
+    elif case == "statistics missing":
+        _write_log(tables / "ledger", [_add("l0.parquet", None)])
+    reason = common.partition_skip_reason(tmp_path)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason and str(tmp_path) in reason
+
+
+def test_check_partition_reads_the_warehouse_of_the_triggering_events(dagbag, tmp_path):
+    check = dagbag.dags["dkmsks_partition"].get_task("check_partition")
+    done, fresh = tmp_path / "done", tmp_path / "fresh"
+    _journal(done / "tables" / "journal", 0)
+    assert check.python_callable(params={"warehouse": str(fresh)}, triggering_asset_events={}) is True
+    assert check.python_callable(params={"warehouse": str(done)}, triggering_asset_events={}) is False
+    # An asset-triggered run checks the warehouse its event names, not the Param's.
+    assert check.python_callable(params={"warehouse": str(fresh)}, triggering_asset_events=_events(str(done))) is False
+    assert check.python_callable(params={"warehouse": str(done)}, triggering_asset_events=_events(str(fresh))) is True

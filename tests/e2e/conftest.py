@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -48,6 +49,25 @@ class Api:
                 return r.status, json.loads(r.read() or b"{}")
         except urllib.error.HTTPError as err:
             return err.code, {}
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        """Task id -> state of one run."""
+        status, body = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances")
+        assert status == 200, body
+        return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """The log of one task try as text, one line per log event."""
+        status, body = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+                                        f"{task_id}/logs/{try_number}?full_content=true")
+        assert status == 200, body
+        return "\n".join(str(line.get("event", line)) for line in body["content"])
+
+    def asset_events(self, source_dag_id: str) -> list[dict]:
+        """The asset events that the tasks of one DAG emitted, oldest first."""
+        status, body = self.call("GET", f"/api/v2/assets/events?source_dag_id={source_dag_id}&order_by=timestamp")
+        assert status == 200, body
+        return body["asset_events"]
 
     def wait_run(self, dag_id: str, run_id: str | None = None, *, run_type: str | None = None,
                  after: str | None = None, timeout: float = 600) -> dict:
@@ -108,7 +128,9 @@ def airflow(tmp_path_factory):
                # the tests for the writers' pool. Repartitioning runs once at start: its
                # Spark-free check must skip it (test_airflow_repartition.py).
                AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE="0 0 29 2 *",
-               AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE="0 0 1 1 *")
+               AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE="0 0 1 1 *",
+               # Spark's launcher logs the driver JVM's command line (its -Xmx) in the task log.
+               SPARK_PRINT_LAUNCH_COMMAND="1")
     script = str(REPO / "scripts" / "airflow.sh")
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=300)
     try:

@@ -3,7 +3,7 @@
 Uses the session's Airflow 3 (``airflow`` fixture in ``conftest.py``: ``scripts/airflow.sh``
 starts api-server, scheduler and dag-processor on 127.0.0.1 with authentication on, in a fresh
 ``AIRFLOW_HOME``, and stops every process by PID at the end) and talks to its REST API with a
-token.
+token: runs, task states and logs, asset events.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ SPEC = WorkloadSpec(o_init=2000, subscriptions=150, timestamps=4, objects_per_ts
 
 
 def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tmp_path):
-    warehouse = airflow.warehouse
+    """The pipeline's own warehouse (not the DAGs' default) travels with the asset events, a
+    second ingestion does not re-partition, and the jobs' drivers get the 4g heap."""
+    warehouse = tmp_path / "warehouse"
     source, vocab = real_objects(SPEC.objects_needed)
     objects, events = generate_workload(source, SPEC)
     objects_file, events_file = tmp_path / "objects.tsv.gz", tmp_path / "events.tsv.gz"
@@ -46,30 +48,41 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
     assert Api(airflow.url).call("GET", "/api/v2/dags")[0] == 401  # authentication stays on
     api = airflow.api()
 
-    status, run = api.call("POST", "/api/v2/dags/dkmsks_ingest/dagRuns", {
-        "logical_date": None,
-        "conf": {"objects": str(first / "objects.tsv.gz"), "events": str(first / "events.tsv.gz"),
-                 "warehouse": str(warehouse)},
-    })
-    assert status == 200, run
-    api.wait_run("dkmsks_ingest", run["dag_run_id"])
+    ingest = trigger(api, "dkmsks_ingest", objects=str(first / "objects.tsv.gz"),
+                     events=str(first / "events.tsv.gz"), warehouse=str(warehouse))
+    api.wait_run("dkmsks_ingest", ingest["dag_run_id"])
     # The landing asset triggers partitioning (default params), whose plan asset triggers a
-    # micro-batch that processes t = 1, 2.
-    api.wait_run("dkmsks_partition", run_type="asset_triggered")
-    api.wait_run("dkmsks_microbatch", run_type="asset_triggered")
+    # micro-batch that processes t = 1, 2: both on the warehouse named in the asset events.
+    partition = api.wait_run("dkmsks_partition", run_type="asset_triggered", after=ingest["queued_at"])
+    assert api.task_states("dkmsks_partition", partition["dag_run_id"]) == {"check_partition": "success",
+                                                                           "partition": "success"}
+    api.wait_run("dkmsks_microbatch", run_type="asset_triggered", after=partition["queued_at"])
+    for dag_id in ("dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch"):
+        assert [e["extra"] for e in api.asset_events(dag_id)] == [{"warehouse": str(warehouse)}], dag_id
+    assert not (airflow.warehouse / "tables").exists()  # the default warehouse was never touched
+    # The driver's JVM got the heap the README states (Spark's default is 1 GiB).
+    log = api.task_log("dkmsks_partition", partition["dag_run_id"], "partition")
+    launch = [line for line in log.splitlines() if "Spark Command:" in line]
+    assert launch and "-Xmx4g" in launch[0].split(), log[-3000:]
 
-    # Publish the next timestamps, then a second micro-batch run processes them.
-    dkm = str(Path(sys.executable).with_name("dkm"))
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([dkm, "publish", "--objects", str(objects_file), "--events", str(events_file),
-                           "--warehouse", str(warehouse), "--timestamps", "2"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    status, run = api.call("POST", "/api/v2/dags/dkmsks_microbatch/dagRuns",
-                           {"logical_date": None, "conf": {"warehouse": str(warehouse)}})
-    assert status == 200, run
+    # Publish the next timestamps through the ingest DAG (the whole files: landing is
+    # insert-only). Its landing event triggers partitioning again, which the Spark-free check
+    # skips: no Spark job, no dkmsks://plan event, no micro-batch.
+    ingest = trigger(api, "dkmsks_ingest", objects=str(objects_file), events=str(events_file),
+                     warehouse=str(warehouse))
+    api.wait_run("dkmsks_ingest", ingest["dag_run_id"])
+    again = api.wait_run("dkmsks_partition", run_type="asset_triggered", after=ingest["queued_at"])
+    assert api.task_states("dkmsks_partition", again["dag_run_id"]) == {"check_partition": "success",
+                                                                       "partition": "skipped"}
+    assert "the initial partitioning of " + str(warehouse) + " is done" in \
+        api.task_log("dkmsks_partition", again["dag_run_id"], "check_partition")
+    assert len(api.asset_events("dkmsks_partition")) == 1
+    # A manual micro-batch on the pipeline's warehouse (the Param) processes t = 3, 4.
+    run = trigger(api, "dkmsks_microbatch", warehouse=str(warehouse))
     api.wait_run("dkmsks_microbatch", run["dag_run_id"])
 
+    dkm = str(Path(sys.executable).with_name("dkm"))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     for t in (2, SPEC.timestamps):
         out = tmp_path / f"airflow-{t}.jsonl"
         done = subprocess.run([dkm, "export", "--warehouse", str(warehouse), "--as-of", str(t), "--out", str(out)],
@@ -79,3 +92,20 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
         expected = oracle_results(read_objects(objects_file, v).objects, read_events(events_file, v).events, t)
         write_results(tmp_path / f"oracle-{t}.jsonl", expected, t)
         assert read_results(out) == read_results(tmp_path / f"oracle-{t}.jsonl")
+
+
+def trigger(api: Api, dag_id: str, **conf) -> dict:
+    """A manual run of ``dag_id`` with ``conf`` as its Params."""
+    status, run = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+    assert status == 200, run
+    return run
+
+
+def test_schedules_are_the_environments(airflow):
+    """The schedules are the AIRFLOW_VAR_DKMSKS_*_SCHEDULE environment variables of the
+    processes (conftest.py sets both), as the README says."""
+    api = airflow.api()
+    for dag_id, cron in (("dkmsks_microbatch", "0 0 29 2 *"), ("dkmsks_repartition", "0 0 1 1 *")):
+        status, dag = api.call("GET", f"/api/v2/dags/{dag_id}")
+        assert status == 200, dag
+        assert cron in dag["timetable_summary"], dag["timetable_summary"]

@@ -175,6 +175,8 @@ def test_trigger_partition_from_the_ui_with_non_default_params(airflow, tmp_path
     common = load_dag_module("dkmsks_common")
     assert "last processed t = 0" in common.repartition_skip_reason(warehouse, scheduled=True)
     assert common.repartition_skip_reason(warehouse, scheduled=False) is None
-    # The plan's asset event starts a micro-batch (on the DAGs' default warehouse); let it
+    # The plan's asset event names the form's warehouse and starts a micro-batch there; let it
     # finish so that stopping Airflow never interrupts a Spark job.
+    assert api.asset_events("dkmsks_partition")[-1]["extra"] == {"warehouse": str(warehouse)}
     api.wait_run("dkmsks_microbatch", run_type="asset_triggered", after=run["queued_at"], timeout=600)
+    assert api.asset_events("dkmsks_microbatch")[-1]["extra"] == {"warehouse": str(warehouse)}
