@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "sql",
     "status",
     "follow",
+    "maintain",
     "bench",
 )
 
