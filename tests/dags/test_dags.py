@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.dags
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-EXPECTED = {"dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch", "dkmsks_repartition"}
+EXPECTED = {"dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch", "dkmsks_repartition", "dkmsks_maintenance"}
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +107,25 @@ def test_partition_params_are_the_configs_declarations(dagbag):
             assert schema["type"] == ("integer" if p.kind is int else "number"), p.name
             assert schema.get("minimum") == p.minimum and schema.get("maximum") == p.maximum, p.name
             assert schema.get("exclusiveMaximum") == p.below, p.name
+
+
+def test_maintenance_runs_on_its_schedule_with_the_library_horizon(dagbag):
+    """Daily by default; its horizon Param says what dkmsks.spark.retention says, and reaches
+    the job as --retention-hours."""
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from dkmsks.spark.retention import DEFAULT_HOURS, ENV
+
+    dag = dagbag.dags["dkmsks_maintenance"]
+    assert dag.timetable.expression == os.environ.get("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "30 4 * * *")
+    if ENV not in os.environ:
+        assert dag.params["retention_hours"] == DEFAULT_HOURS
+    job = dag.get_task("maintain")
+    assert job.application_args[job.application_args.index("--retention-hours") + 1] == "{{ params.retention_hours }}"
+    params = ParamsDict(copy.deepcopy(dag.params))
+    with pytest.raises(ParamValidationError, match="retention_hours: 0 is less than the minimum of 1"):
+        params["retention_hours"] = 0
 
 
 def test_dag_files_import_nothing_heavy():
