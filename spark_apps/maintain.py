@@ -1,5 +1,6 @@
-"""Delta maintenance of a warehouse: compact small files, VACUUM beyond the as-of horizon, and
-set every table's retention to that horizon.
+"""Delta maintenance: compact small files, VACUUM beyond the as-of horizon, set retention.
+
+Per table of the warehouse, under the writer lock (dkmsks.jobs.maintain).
 
 spark-submit --master local[2] --jars .cache/jars/... spark_apps/maintain.py \
     --warehouse .cache/warehouse [--retention-hours 168]
