@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "sql",
     "spark_sql",
     "spark_history",
+    "maintain",
     "bench",
 )
 

@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.dags
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-EXPECTED = {"dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch", "dkmsks_repartition"}
+EXPECTED = {"dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch", "dkmsks_repartition", "dkmsks_maintenance"}
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +119,25 @@ def test_partition_params_are_the_configs_declarations(dagbag):
             assert schema["type"] == ("integer" if p.kind is int else "number"), p.name
             assert schema.get("minimum") == p.minimum and schema.get("maximum") == p.maximum, p.name
             assert schema.get("exclusiveMaximum") == p.below, p.name
+
+
+def test_maintenance_runs_on_its_schedule_with_the_library_horizon(dagbag):
+    """Daily by default; its horizon Param says what dkmsks.spark.retention says, and reaches
+    the job as --retention-hours."""
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from dkmsks.spark.retention import DEFAULT_HOURS, ENV
+
+    dag = dagbag.dags["dkmsks_maintenance"]
+    assert dag.timetable.expression == os.environ.get("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "30 4 * * *")
+    if ENV not in os.environ:
+        assert dag.params["retention_hours"] == DEFAULT_HOURS
+    job = dag.get_task("maintain")
+    assert job.application_args[job.application_args.index("--retention-hours") + 1] == "{{ params.retention_hours }}"
+    params = ParamsDict(copy.deepcopy(dag.params))
+    with pytest.raises(ParamValidationError, match="retention_hours: 0 is less than the minimum of 1"):
+        params["retention_hours"] = 0
 
 
 def test_dag_files_import_nothing_heavy():
@@ -379,7 +398,8 @@ def _rendered(dag, task_id: str, triggering: dict, **params):
 
 @pytest.mark.parametrize(("dag_id", "task_id"), [("dkmsks_ingest", "ingest"), ("dkmsks_partition", "partition"),
                                                  ("dkmsks_microbatch", "microbatch"),
-                                                 ("dkmsks_repartition", "repartition")])
+                                                 ("dkmsks_repartition", "repartition"),
+                                                 ("dkmsks_maintenance", "maintain")])
 def test_every_job_works_on_the_runs_warehouse_and_records_it_in_its_events(dagbag, dag_id, task_id):
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
@@ -394,7 +414,8 @@ def test_every_job_works_on_the_runs_warehouse_and_records_it_in_its_events(dagb
     outlet_events = OutletEventAccessors()
     triggered._post_execute_hook({"params": {"warehouse": "/param"}, "triggering_asset_events": _events("/from-event"),
                                   "task": triggered, "outlet_events": outlet_events}, None)
-    assert [outlet_events[asset].extra for asset in triggered.outlets] == [{"warehouse": "/from-event"}]
+    expected = [] if dag_id == "dkmsks_maintenance" else [{"warehouse": "/from-event"}]  # maintenance updates no asset
+    assert [outlet_events[asset].extra for asset in triggered.outlets] == expected
 
 
 # --- driver settings reach spark-submit (the driver's JVM is up before the job's session settings apply)
@@ -466,8 +487,10 @@ def test_schedules_come_from_the_environment(dagbag, monkeypatch):
     assert _cron(dagbag.dags["dkmsks_microbatch"]) == "*/5 * * * *"
     assert _cron(dagbag.dags["dkmsks_repartition"]) == "0 3 * * *"
     monkeypatch.setenv("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/2 * * * *")
+    assert _cron(dagbag.dags["dkmsks_maintenance"]) == "30 4 * * *"
     monkeypatch.setenv("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "30 4 * * 0")
-    for name, cron in (("microbatch", "*/2 * * * *"), ("repartition", "30 4 * * 0")):
+    monkeypatch.setenv("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "0 5 * * 6")
+    for name, cron in (("microbatch", "*/2 * * * *"), ("repartition", "30 4 * * 0"), ("maintenance", "0 5 * * 6")):
         bag = DagBag(dag_folder=str(DAGS / f"dkmsks_{name}.py"))
         assert bag.import_errors == {}
         assert _cron(bag.dags[f"dkmsks_{name}"]) == cron

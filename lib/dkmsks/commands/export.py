@@ -14,8 +14,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write the exact results at a processed timestamp as JSON lines",
         description=("Writes one JSON line per live subscription at --as-of T (default: the last "
                      "processed timestamp): {sub_id, t, object_ids, distances}, ordered by "
-                     "(distance, object id). Earlier timestamps come from Delta time travel. Reads the "
-                     "Delta logs directly (no Spark): safe while the pipeline runs."),
+                     "(distance, object id). Earlier timestamps come from Delta time travel: exact for "
+                     "every T processed within the as-of horizon (dkm maintain); older ones are refused "
+                     "once their history is vacuumed. Reads the Delta logs directly (no Spark): safe "
+                     "while the pipeline runs."),
     )
     add_warehouse(p, spark=False)
     p.add_argument("--as-of", type=int, default=None, help="processed timestamp (default: the last)")

@@ -6,11 +6,20 @@ those of the newest such version with ``through_t <= T`` with the journal's resu
 ``(through_t, T]`` applied in order (docs/design.md §1: deletions, insertions, updates). Readers never
 take a lock: each reads committed table versions, so a run committing meanwhile is either
 wholly visible or not at all.
+
+How far back this reaches is the *as-of horizon* (:mod:`dkmsks.spark.retention`): the journal
+is read at its current version, which always holds every record, but the ``knn_state`` version
+must still have its log entry and its files. A maintenance ``VACUUM`` or Delta's log cleanup
+eventually removes old ones; a ``T`` that needs one of those is refused with the horizon and the
+oldest timestamp still available, rather than a storage error.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,10 +27,13 @@ import pyarrow.compute as pc
 
 from dkmsks.core.model import KnnResult, Results
 from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.lake import Lake, MissingTable, where
+from dkmsks.spark.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
 _CHANGE_ORDER = {"delete": 0, "insert": 1, "update": 2}
+#: Delta operations that change no row: the version they make holds what its predecessor held.
+_NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"})
 
 
 def processed_timestamps(lake: Lake) -> list[int]:
@@ -30,14 +42,39 @@ def processed_timestamps(lake: Lake) -> list[int]:
 
 
 def state_checkpoints(lake: Lake) -> list[tuple[int, int]]:
-    """``(through_t, version)`` of every ``knn_state`` commit that names the time it is exact at."""
+    """``(through_t, version)`` of every ``knn_state`` version known to be exact at a timestamp."""
+    return checkpoints_of(lake.table(tables.STATE).history())
+
+
+def checkpoints_of(history: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
+    """``(through_t, version)`` pairs, sorted, from ``knn_state``'s commit history.
+
+    A commit that names ``through_t`` in its metadata (partition, repartition, compaction,
+    maintenance) is exact there; a commit that changes no row (:data:`_NO_DATA_CHANGE`, e.g. a
+    user's own OPTIMIZE) is exact where its predecessor was. Any other commit, or one whose
+    predecessor's entry has expired from the log, is exact at no known timestamp. Later versions
+    of one content matter: they are the last to lose their files to VACUUM.
+    """
     found = []
-    for commit in lake.table(tables.STATE).history():
-        meta = commit.get("userMetadata")
-        meta = json.loads(meta) if isinstance(meta, str) and meta else {}
-        if "through_t" in meta and "version" in commit:
-            found.append((int(meta["through_t"]), int(commit["version"])))
+    through: int | None = None
+    for commit in sorted((c for c in history if "version" in c), key=lambda c: int(c["version"])):
+        meta = _user_metadata(commit)
+        if "through_t" in meta:
+            through = int(meta["through_t"])
+        elif commit.get("operation") not in _NO_DATA_CHANGE:
+            through = None
+        if through is not None:
+            found.append((through, int(commit["version"])))
     return sorted(found)
+
+
+def _user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
+    text = commit.get("userMetadata")
+    try:
+        meta = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}  # someone else's free-text metadata
+    return meta if isinstance(meta, dict) else {}
 
 
 def resolve_as_of(lake: Lake, as_of: int | None) -> int:
@@ -58,10 +95,15 @@ def results_as_of(lake: Lake, as_of: int | None = None, sub_ids: list[int] | Non
     """``(T, results)`` of every live subscription (or of ``sub_ids``) at processed timestamp
     ``T`` (default: the last)."""
     t = resolve_as_of(lake, as_of)
-    base = [(through, version) for through, version in state_checkpoints(lake) if through <= t]
+    checkpoints = state_checkpoints(lake)
+    base = [(through, version) for through, version in checkpoints if through <= t]
     if not base:
-        raise ValueError(f"no knn_state version is exact at or before t={t}")
+        raise ValueError(beyond_horizon(lake, t, f"no knn_state version exact at or before t={t} is left in its "
+                                                 "Delta log (its entries expired)", checkpoints))
     through, version = max(base)
+    gone = missing_history(lake, version)
+    if gone is not None:
+        raise ValueError(beyond_horizon(lake, t, gone, checkpoints))
     state = lake.read(tables.STATE, columns=["sub_id", "object_ids", "d2"], version=version)
     changes = lake.read(tables.JOURNAL, columns=["t", "sub_id", "change", "object_ids", "d2"],
                         predicate=where(record__eq="change", t__gt=through, t__le=t))
@@ -80,6 +122,58 @@ def results_as_of(lake: Lake, as_of: int | None = None, sub_ids: list[int] | Non
             results[int(c["sub_id"])] = KnnResult(np.asarray(c["object_ids"], dtype=np.int64),
                                                    np.asarray(c["d2"], dtype=np.float64))
     return t, results
+
+
+def missing_history(lake: Lake, version: int) -> str | None:
+    """Why ``knn_state`` at ``version`` can no longer be read (expired log entry, files or
+    deletion vectors removed by VACUUM), or None when it is intact. The warehouse is a local
+    folder (:class:`~dkmsks.warehouse.Warehouse`), so files are checked where they lie."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        table = lake.table(tables.STATE, version)
+    except (MissingTable, DeltaError):
+        return f"the Delta log entry of knn_state version {version} has expired"
+    missing = [uri for uri in table.file_uris() if not Path(uri).exists()]
+    if missing:
+        return f"{len(missing)} data file(s) of knn_state version {version} were removed by VACUUM"
+    try:
+        table.deletion_vectors().read_all()
+    except DeltaError:
+        return f"deletion vectors of knn_state version {version} were removed by VACUUM"
+    return None
+
+
+def oldest_available(lake: Lake, checkpoints: list[tuple[int, int]]) -> int | None:
+    """The earliest processed timestamp whose results can still be rebuilt (None: none can).
+
+    Each content of ``knn_state`` (one ``through_t``) serves the timestamps up to the next one;
+    history is lost oldest first, so contents are checked from the newest back until one is gone.
+    """
+    newest: dict[int, int] = {}
+    for through, version in checkpoints:
+        newest[through] = max(version, newest.get(through, version))
+    available = None
+    for through in sorted(newest, reverse=True):
+        if missing_history(lake, newest[through]) is not None:
+            break
+        available = through
+    if available is None:
+        return None
+    later = [t for t in processed_timestamps(lake) if t >= available]
+    return later[0] if later else None
+
+
+def beyond_horizon(lake: Lake, t: int, reason: str, checkpoints: list[tuple[int, int]]) -> str:
+    """The error of an ``--as-of t`` older than the history that is left: why, the horizon the
+    table keeps, the oldest timestamp still available, and how to keep more."""
+    keeps = describe_retention(lake.table(tables.STATE).metadata().configuration)
+    oldest = oldest_available(lake, checkpoints)
+    return (f"t={t} is beyond the as-of horizon: {reason}. knn_state keeps {keeps}; "
+            + (f"the oldest timestamp still available is t={oldest}. " if oldest is not None
+               else "no timestamp can be rebuilt from the history left. ")
+            + f"To reach further back, raise the horizon ({ENV}, or dkm maintain --retention-hours) "
+              "before the history is vacuumed.")
 
 
 def _results(table: pa.Table) -> Results:

@@ -107,9 +107,11 @@ def commit_first_ledger(lake: Lake, *, t0: int, plan_version: int, run_id: str, 
     }), app_id=JOURNAL_APP, version=t0)
 
 
-def record_run_metrics(lake: Lake, run_id: str, job: str, from_t: int, to_t: int, phases: dict[str, float]) -> None:
-    """Per-phase times of a run into ``run_metrics`` (after its commit; not part of it)."""
+def record_run_metrics(lake: Lake, run_id: str, job: str, from_t: int, to_t: int, phases: dict[str, float],
+                       *, metadata: dict[str, str] | None = None) -> None:
+    """Per-phase times of a run into ``run_metrics`` (after its commit; not part of it);
+    ``metadata`` goes into that commit's info (maintenance records its report there)."""
     lake.append(tables.RUN_METRICS, pa.table({
         "run_id": [run_id] * len(phases), "job": [job] * len(phases), "from_t": [int(from_t)] * len(phases),
         "to_t": [int(to_t)] * len(phases), "phase": list(phases), "ms": [float(v) for v in phases.values()],
-    }))
+    }), metadata=metadata)

@@ -1,0 +1,294 @@
+"""Delta maintenance: small files compacted, old files vacuumed, the as-of horizon kept.
+
+Why: every micro-batch appends a few small files to the journal and to ``run_metrics``, every
+compaction rewrites ``knn_state``'s touched partitions, every publish adds files to the landing
+tables, and nothing else ever removes a file. So per table of the warehouse, a maintenance run:
+
+1. sets ``delta.logRetentionDuration`` and ``delta.deletedFileRetentionDuration`` to the as-of
+   horizon (:mod:`dkmsks.spark.retention`) when they differ (one delta-rs metadata commit:
+   Spark SQL takes no parameter marker for a property value);
+2. runs OPTIMIZE (Delta's bin-packing of small files; rows are unchanged) when a partition holds
+   more than one small file or a file carries deletion vectors — otherwise Delta would find
+   nothing to do, and skipping saves a Spark job per table;
+3. runs VACUUM with the table's own retention, now the horizon, when the folder holds Parquet
+   files that the current version no longer references and that are older than the horizon.
+   Delta's safety check compares the retention with that same property, so it holds without
+   being switched off; a horizon below Delta's default week is allowed and reported.
+
+OPTIMIZE and VACUUM go through Delta's Python API: Delta's SQL parser takes no ``IDENTIFIER``
+marker in them, and statements are never built by string formatting. delta-rs is not used to
+vacuum: its vacuum counts live deletion-vector files of ``knn_state`` as garbage (measured).
+
+The whole run holds the writer lock, so it never interleaves with a micro-batch, a follow round,
+a compaction or a (re)partitioning. Publishers do not take that lock: OPTIMIZE never conflicts
+with their blind appends (delta-rs), but a publisher's insert-only MERGE (the Spark ingestion)
+whose read overlaps an OPTIMIZE commit fails with Delta's ``ConcurrentAppendException`` and is
+safe to retry (the ingest DAG retries; ``dkm publish`` can be run again). An OPTIMIZE that
+itself loses a conflict (another OPTIMIZE, a DELETE) is retried, then skipped with a note.
+
+``knn_state``'s maintenance commits carry the ``through_t`` of the content they hold, so the
+versions ``dkm export --as-of`` reads keep naming their timestamp after older log entries expire
+(:func:`dkmsks.spark.export.checkpoints_of`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dkmsks.spark import tables
+from dkmsks.spark.export import state_checkpoints
+from dkmsks.spark.journal import last_processed, record_run_metrics
+from dkmsks.spark.lake import Lake, MissingTable
+from dkmsks.spark.retention import DELTA_SAFETY_HOURS, horizon_hours, retention_properties
+from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+#: Files below this size are "small" (Delta's default OPTIMIZE target, ``optimize.maxFileSize``).
+SMALL_FILE_BYTES = 1 << 30
+#: An OPTIMIZE that loses a commit conflict is tried this many times in all, then skipped.
+CONFLICT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """One table's files, measured from its current version and its folder."""
+
+    live: int  # Parquet files of the current version
+    compactable: int  # small live files in partitions holding more than one (what OPTIMIZE packs)
+    with_deletions: int  # live files carrying deletion vectors (OPTIMIZE may rewrite them without the rows)
+    on_disk: int  # Parquet files in the folder: live, and kept for older versions
+    bytes_on_disk: int  # bytes of every data file in the folder (Parquet, deletion vectors, change data)
+    expired: int  # unreferenced Parquet files older than the horizon: at most what VACUUM deletes
+    properties: dict[str, str]  # retention properties that differ from the horizon (to set)
+
+
+@dataclass(frozen=True)
+class TableReport:
+    table: str
+    before: TableFiles
+    after: TableFiles
+    vacuumed_files: int = 0
+    vacuumed_bytes: int = 0
+    vacuumed: bool = False  # whether VACUUM ran (it runs only when expired files wait)
+    note: str = ""
+    exists: bool = True
+
+
+@dataclass
+class MaintenanceReport:
+    retention_hours: int
+    tables: list[TableReport] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    dry_run: bool = False
+
+    def lines(self) -> list[str]:
+        """The report as text, one line per table (what the CLI and the Spark app print)."""
+        head = (f"{'dry run: ' if self.dry_run else ''}as-of horizon {self.retention_hours} h "
+                f"({', '.join(f'{k} = {v!r}' for k, v in retention_properties(self.retention_hours).items())})")
+        out = [head, *(f"warning: {w}" for w in self.warnings)]
+        for r in self.tables:
+            b, a = r.before, r.after
+            if not r.exists:
+                out.append(f"  {r.table:<20} not created yet")
+            elif self.dry_run:
+                out.append(f"  {r.table:<20} live files {b.live:>5}, {b.compactable} to compact, {b.with_deletions} "
+                           f"with deletion vectors; on disk {b.on_disk} "
+                           f"({_size(b.bytes_on_disk)}), up to {b.expired} older than the horizon to vacuum"
+                           + (f"; would set {', '.join(b.properties)}" if b.properties else ""))
+            else:
+                out.append(f"  {r.table:<20} live files {b.live:>5} -> {a.live:<5} on disk {b.on_disk:>5} -> "
+                           f"{a.on_disk:<5} ({_size(b.bytes_on_disk)} -> {_size(a.bytes_on_disk)}); vacuumed "
+                           f"{r.vacuumed_files} files, {_size(r.vacuumed_bytes)}" + (f" ({r.note})" if r.note else ""))
+        if not self.dry_run:
+            out.append(f"removed {sum(r.vacuumed_files for r in self.tables)} files, "
+                       f"{_size(sum(r.vacuumed_bytes for r in self.tables))}")
+        return out
+
+    def as_json(self) -> str:
+        return json.dumps({"retention_hours": self.retention_hours, "tables": [asdict(r) for r in self.tables],
+                           "warnings": self.warnings}, sort_keys=True)
+
+
+def plan_maintenance(warehouse: Warehouse, *, retention_hours: int | None = None) -> MaintenanceReport:
+    """What a run would do, read without Spark and without the lock (``dkm maintain --dry-run``)."""
+    hours = horizon_hours(retention_hours)
+    lake = Lake.of(warehouse)
+    report = MaintenanceReport(hours, warnings=_warnings(hours), dry_run=True)
+    for name in tables.ALL_TABLES:
+        try:
+            files = measure(lake, warehouse, name, hours)
+        except MissingTable:
+            report.tables.append(TableReport(name, _NO_FILES, _NO_FILES, exists=False))
+            continue
+        report.tables.append(TableReport(name, files, files))
+    return report
+
+
+def run_maintenance(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+                    retention_hours: int | None = None) -> MaintenanceReport:
+    """Properties, OPTIMIZE and VACUUM on every table of ``warehouse`` (module doc), under the
+    writer lock; phase times go to ``run_metrics``, with the whole report as that commit's
+    metadata (``DESCRIBE HISTORY run_metrics``)."""
+    hours = horizon_hours(retention_hours)
+    lake = Lake.of(warehouse)
+    report = MaintenanceReport(hours, warnings=_warnings(hours))
+    with writer_lock(warehouse, f"maintenance {run_id}"):
+        started = time.perf_counter()
+        for name in tables.ALL_TABLES:
+            report.tables.append(_maintain(spark, lake, warehouse, name, hours, run_id, report.phases_ms))
+        report.phases_ms["total"] = (time.perf_counter() - started) * 1e3
+        t = last_processed(lake)
+        mark = -1 if t is None else t  # -1: before the first partitioning
+        record_run_metrics(lake, run_id, "maintain", mark, mark, report.phases_ms,
+                           metadata={"userMetadata": report.as_json()})
+    return report
+
+
+def measure(lake: Lake, warehouse: Warehouse, name: str, hours: int) -> TableFiles:
+    """:class:`TableFiles` of table ``name`` now."""
+    table = lake.table(name)
+    adds = pa.table(table.get_add_actions(flatten=True))
+    live = {str(Path(uri)) for uri in table.file_uris()}
+    folder = warehouse.table_path(name)
+    cutoff = time.time() - hours * 3600
+    on_disk = expired = size = 0
+    for path in _data_files(folder):
+        stat = path.stat()
+        size += stat.st_size
+        if path.suffix == ".parquet":
+            on_disk += 1
+            if str(path) not in live and stat.st_mtime < cutoff:
+                expired += 1
+    config = table.metadata().configuration
+    differ = {k: v for k, v in retention_properties(hours).items() if config.get(k) != v}
+    return TableFiles(live=len(live), compactable=_compactable(adds),
+                      with_deletions=table.deletion_vectors().read_all().num_rows, on_disk=on_disk,
+                      bytes_on_disk=size, expired=expired, properties=differ)
+
+
+def with_conflict_retries(action: Callable[[], T], conflicts: tuple[type[BaseException], ...], *,
+                          attempts: int = CONFLICT_ATTEMPTS, pause: float = 1.0) -> tuple[T | None, str]:
+    """``(action(), "")``, running it again after a commit conflict; ``(None, why)`` once
+    ``attempts`` tries have all conflicted. Other errors propagate."""
+    why = ""
+    for attempt in range(attempts):
+        try:
+            return action(), ""
+        except conflicts as err:
+            why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if attempt + 1 < attempts:
+                time.sleep(pause * (attempt + 1))
+    return None, f"skipped after {attempts} commit conflicts with concurrent writers ({why})"
+
+
+# --------------------------------------------------------------------------- one table
+
+
+_NO_FILES = TableFiles(0, 0, 0, 0, 0, 0, {})
+
+
+def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, hours: int, run_id: str,
+              phases: dict[str, float]) -> TableReport:
+    from delta.tables import DeltaTable
+
+    from dkmsks.spark.delta_io import delta_txn
+
+    path = str(warehouse.table_path(name))
+    before = measure(lake, warehouse, name, hours)
+    meta = _commit_metadata(lake, name, run_id)
+    if before.properties:
+        _set_properties(lake, name, retention_properties(hours), meta)
+    note = ""
+    with delta_txn(spark, metadata=meta):  # tags the OPTIMIZE and VACUUM commits
+        if before.compactable or before.with_deletions:
+            started = time.perf_counter()
+            _, note = with_conflict_retries(
+                lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(), _delta_conflicts())
+            phases[f"optimize {name}"] = (time.perf_counter() - started) * 1e3
+        middle = measure(lake, warehouse, name, hours)
+        vacuumed = middle.expired > 0
+        if vacuumed:
+            started = time.perf_counter()
+            DeltaTable.forPath(spark, path).vacuum()  # the table's own retention: the horizon
+            phases[f"vacuum {name}"] = (time.perf_counter() - started) * 1e3
+    after = measure(lake, warehouse, name, hours)
+    return TableReport(name, before, after, vacuumed_files=middle.on_disk - after.on_disk,
+                       vacuumed_bytes=middle.bytes_on_disk - after.bytes_on_disk, vacuumed=vacuumed, note=note)
+
+
+def _commit_metadata(lake: Lake, name: str, run_id: str) -> dict[str, Any]:
+    """What maintenance commits say: the job, and on ``knn_state`` the timestamp its current
+    content is exact at (when known), so ``--as-of`` keeps finding it (module doc)."""
+    meta: dict[str, Any] = {"job": "maintain", "run_id": run_id}
+    if name == tables.STATE:
+        current = lake.version(tables.STATE)
+        marks = [through for through, version in state_checkpoints(lake) if version == current]
+        if marks:
+            meta["through_t"] = marks[0]
+    return meta
+
+
+def _set_properties(lake: Lake, name: str, properties: dict[str, str], meta: dict[str, Any]) -> None:
+    from deltalake import CommitProperties
+
+    tagged = CommitProperties(custom_metadata={"userMetadata": json.dumps(meta, sort_keys=True)})
+    lake.table(name).alter.set_table_properties(properties, commit_properties=tagged)
+
+
+def _delta_conflicts() -> tuple[type[BaseException], ...]:
+    """Delta's commit-conflict exceptions as PySpark raises them (siblings, not one hierarchy)."""
+    from delta import exceptions as e
+
+    return (e.DeltaConcurrentModificationException, e.ConcurrentWriteException, e.MetadataChangedException,
+            e.ProtocolChangedException, e.ConcurrentAppendException, e.ConcurrentDeleteReadException,
+            e.ConcurrentDeleteDeleteException, e.ConcurrentTransactionException)
+
+
+def _data_files(folder: Path) -> list[Path]:
+    """Every data file under a table's folder: not the log, not the local filesystem's hidden
+    ``.crc`` checksums."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        found += [Path(root) / f for f in files if not f.startswith(".")]
+    return found
+
+
+def _compactable(adds: pa.Table) -> int:
+    """Small live files in partitions that hold more than one of them."""
+    small = adds.filter(pc.less(adds.column("size_bytes"), SMALL_FILE_BYTES))
+    keys = [c for c in small.column_names if c.startswith("partition.")]
+    if not keys:
+        return small.num_rows if small.num_rows > 1 else 0
+    counts = small.group_by(keys).aggregate([("path", "count")]).column("path_count").to_pylist()
+    return sum(n for n in counts if n > 1)
+
+
+def _warnings(hours: int) -> list[str]:
+    if hours >= DELTA_SAFETY_HOURS:
+        return []
+    return [(f"a horizon of {hours} h is below Delta's default safety of {DELTA_SAFETY_HOURS} h: a write or a "
+             "read that takes longer than the horizon can lose files it needs to a VACUUM running meanwhile")]
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
