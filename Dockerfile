@@ -1,26 +1,75 @@
-# One image for every service of docker-compose.yml: Airflow components and the Spark
-# standalone master/workers (started from the pyspark package), with this project installed.
-FROM python:3.11-slim-bookworm
+# One image for every dkmsks service of docker-compose.yml: the Airflow components, the Spark
+# standalone master and workers (started from the pyspark package) and follow mode.
+#
+# FROM dkmsks-base:bookworm, made from Debian's packages by docker/build-base.sh (no image
+# registry is needed; python:3.11-slim and friends are never pulled). The layout mirrors a
+# checkout after scripts/bootstrap.sh: the venv in /opt/dkmsks/.venv, Delta's jars in
+# /opt/dkmsks/.cache/jars, the project installed editable, so the DAGs' and the Spark session's
+# defaults (DKMSKS_HOME/.venv, DKMSKS_HOME/.cache/jars) hold inside the container unchanged.
+ARG BASE_IMAGE=dkmsks-base:bookworm
 
+# The stages that download (Maven Central, PyPI) trust the extra CA certificates in
+# docker/extra-ca/*.crt, for a network whose HTTPS goes through a TLS-inspecting proxy (as on
+# the machine of docs/deployment.md). They stay in these stages: the runtime image below starts
+# again from the base and copies only the venv and the jars.
+FROM ${BASE_IMAGE} AS fetch
+COPY docker/extra-ca/ /usr/local/share/ca-certificates/dkmsks-extra/
+# Also rewrites Java's trust store (ca-certificates-java), which Maven uses.
+RUN update-ca-certificates > /dev/null
+
+# Delta's jars resolved from Maven Central by the project's pom; Maven and its repository stay
+# out of the runtime image.
+FROM fetch AS delta-jars
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven procps \
+ && apt-get install -y maven \
  && rm -rf /var/lib/apt/lists/*
+COPY build/delta-jars.pom.xml /build/delta-jars.pom.xml
+RUN mvn -B -q -f /build/delta-jars.pom.xml dependency:copy-dependencies \
+      -DincludeGroupIds=io.delta -DoutputDirectory=/jars
 
-ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
-    DKMSKS_HOME=/opt/dkmsks \
-    PYSPARK_PYTHON=/usr/local/bin/python \
-    PYTHONUNBUFFERED=1
+# The venv with requirements.lock, at the path it keeps in the runtime image. Debian's Python is
+# "externally managed" (PEP 668), hence a venv. playwright drives the browser test only.
+FROM fetch AS venv
+COPY requirements.lock /tmp/requirements.lock
+RUN python3.11 -m venv /opt/dkmsks/.venv \
+ && grep -v '^playwright==' /tmp/requirements.lock > /tmp/requirements.txt \
+ && /opt/dkmsks/.venv/bin/pip install --no-cache-dir --disable-pip-version-check -r /tmp/requirements.txt
+# What only the containers need: Airflow 3 talks to PostgreSQL through psycopg2 and, for its
+# async sessions, asyncpg ("No module named 'asyncpg'" at `airflow db migrate` otherwise);
+# setuptools and wheel let the runtime stage install the project without build isolation,
+# i.e. without the network.
+RUN /opt/dkmsks/.venv/bin/pip install --no-cache-dir --disable-pip-version-check \
+      "psycopg2-binary==2.9.13" "asyncpg==0.32.0" "setuptools==84.2.1" "wheel==0.48.0"
+
+FROM ${BASE_IMAGE}
+ENV DKMSKS_HOME=/opt/dkmsks \
+    DKMSKS_JARS_DIR=/opt/dkmsks/.cache/jars \
+    VIRTUAL_ENV=/opt/dkmsks/.venv \
+    PATH=/opt/dkmsks/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYSPARK_PYTHON=/opt/dkmsks/.venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/dkmsks/.venv/bin/python
+
+# The services run as an unprivileged user. Named volumes mounted on the folders created here
+# start with their owner, so the warehouse, Airflow's home and Spark's scratch are writable.
+RUN groupadd --gid 50000 dkmsks \
+ && useradd --uid 50000 --gid 50000 --create-home --home-dir /home/dkmsks --shell /bin/bash dkmsks \
+ && install -d -o dkmsks -g dkmsks /data/warehouse /opt/airflow /var/lib/dkmsks/spark-work
 
 WORKDIR /opt/dkmsks
-COPY requirements.lock pyproject.toml README.md ./
-# playwright is only for the browser test: not in the image.
-RUN grep -v '^playwright==' requirements.lock > /tmp/requirements.txt \
- && pip install --no-cache-dir -r /tmp/requirements.txt "psycopg2-binary==2.9.13"
-COPY build/ build/
-RUN mvn -B -q -f build/delta-jars.pom.xml dependency:copy-dependencies \
-      -DincludeGroupIds=io.delta -DoutputDirectory=/opt/dkmsks/.cache/jars
+COPY --from=venv /opt/dkmsks/.venv/ .venv/
+COPY --from=delta-jars /jars/ .cache/jars/
+COPY pyproject.toml README.md ./
 COPY lib/ lib/
 COPY sql/ sql/
 COPY spark_apps/ spark_apps/
 COPY dags/ dags/
-RUN pip install --no-cache-dir --no-deps -e .
+RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation -e . \
+ && .venv/bin/python -m compileall -q lib dags spark_apps
+
+COPY docker/spark-conf/ /etc/dkmsks/spark-conf/
+ENV SPARK_WORKER_DIR=/var/lib/dkmsks/spark-work \
+    SPARK_CONF_DIR=/etc/dkmsks/spark-conf
+USER dkmsks
+# tini as PID 1 passes SIGTERM on to the service and reaps the processes Spark forks.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["dkm", "--help"]

@@ -1,0 +1,253 @@
+"""End-to-end check of a running docker-compose stack, from the host (scripts/compose_smoke.sh).
+
+1. A small workload from the real data (``dkm generate`` on the host) in the input folder the
+   containers mount read-only (``$DKMSKS_INPUT``, /data/input), plus a copy cut at ``--first``
+   timestamps.
+2. Airflow's REST API on 127.0.0.1:8080: sign in as ``admin`` (the generated password is read
+   from the api-server container and never printed), trigger ``dkmsks_ingest`` with the cut
+   copy, wait for the asset-triggered ``dkmsks_partition`` and ``dkmsks_microbatch`` runs on
+   the Spark cluster until the ledger reaches ``--first``.
+3. The ``follow`` service (stopped during step 2, so the DAG runs do that part): start it, land
+   the remaining timestamps one by one with ``dkm publish``, wait until it has processed them,
+   then stop it and check that SIGTERM ended it with exit status 0.
+4. ``dkm export`` in a one-off container against the warehouse volume, at ``--first`` (Delta
+   time travel) and at the last timestamp, each compared with ``dkm oracle`` on the host
+   (``cmp`` of the sorted JSON lines).
+
+Only the standard library: it runs with any Python 3 next to the host's ``.venv`` (used for
+``dkm generate`` and ``dkm oracle``). Prints one line per step with its duration; exits non-zero
+at the first failed check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+API = "http://127.0.0.1:8080"
+PASSWORDS = "/opt/airflow/simple_auth_manager_passwords.json.generated"
+STARTED = time.monotonic()
+
+
+def say(text: str) -> None:
+    elapsed = int(time.monotonic() - STARTED)
+    print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {text}", flush=True)
+
+
+def compose(*args: str, capture: bool = True, check: bool = True, timeout: float = 900) -> str:
+    done = subprocess.run(["docker-compose", *args], check=False, cwd=REPO, text=True, timeout=timeout,
+                          stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None)
+    if check and done.returncode != 0:
+        raise SystemExit(f"docker-compose {' '.join(args)} exited {done.returncode}:\n{(done.stderr or '')[-3000:]}")
+    return done.stdout or ""
+
+
+def in_container(command: str, timeout: float = 900) -> str:
+    """A one-off container of the follow service's image and volumes (no network, no Airflow
+    secrets), removed afterwards."""
+    return compose("run", "--rm", "--no-deps", "-T", "follow", "bash", "-c", command, timeout=timeout)
+
+
+def cut(source: Path, target: Path, last_t: int) -> None:
+    """Copy a workload TSV(.gz) keeping the rows with t <= last_t (t is the last column)."""
+    with gzip.open(source, "rt", newline="") as src, gzip.open(target, "wt", newline="") as dst:
+        rows, out = csv.reader(src, delimiter="\t"), csv.writer(dst, delimiter="\t", lineterminator="\n")
+        header = next(rows)
+        out.writerow(header)
+        at = header.index("t")
+        out.writerows(row for row in rows if int(row[at]) <= last_t)
+
+
+class Airflow:
+    def __init__(self) -> None:
+        password = json.loads(compose("exec", "-T", "airflow-api-server", "cat", PASSWORDS))["admin"]
+        status, body = self.call("POST", "/auth/token", {"username": "admin", "password": password}, token=None)
+        if status not in (200, 201):
+            raise SystemExit(f"sign-in as admin failed with HTTP {status}")
+        self.token = body["access_token"]
+
+    def call(self, method: str, path: str, body: dict | None = None, *, token: str | None | bool = True):
+        req = urllib.request.Request(API + path, method=method, data=None if body is None else json.dumps(body).encode())
+        req.add_header("Content-Type", "application/json")
+        bearer = self.token if token is True else token
+        if bearer:
+            req.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, {}
+
+    def runs(self, dag_id: str) -> list[dict]:
+        status, body = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=50")
+        assert status == 200, (dag_id, status)
+        return body["dag_runs"]
+
+    def wait_dags(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.call("GET", "/api/v2/dags?dag_id_pattern=dkmsks_")
+            found = {d["dag_id"]: d["is_paused"] for d in body.get("dags", [])} if status == 200 else {}
+            if len(found) == 4:
+                assert not any(found.values()), f"paused DAGs: {found}"
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the dag-processor did not register the four DAGs within {timeout:.0f} s: {found}")
+            time.sleep(3)
+
+    def wait_run(self, dag_id: str, *, after: str, timeout: float, run_id: str | None = None) -> dict:
+        """The first run queued after ``after`` (or ``run_id``) once it succeeded; fail on failure."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            mine = [r for r in self.runs(dag_id) if (r["dag_run_id"] == run_id if run_id else r["queued_at"] > after)]
+            mine.sort(key=lambda r: r["queued_at"])
+            if mine:
+                if mine[0]["state"] == "success":
+                    return mine[0]
+                if mine[0]["state"] == "failed":
+                    raise SystemExit(f"{dag_id} run {mine[0]['dag_run_id']} failed")
+            time.sleep(5)
+        raise SystemExit(f"{dag_id}: no successful run within {timeout:.0f} s")
+
+
+def seconds(run: dict) -> float:
+    from datetime import datetime
+
+    start, end = (datetime.fromisoformat(run[k]) for k in ("start_date", "end_date"))
+    return (end - start).total_seconds()
+
+
+LEDGER = ("import json; from deltalake import DeltaTable; "
+          "t = DeltaTable('/data/warehouse/tables/journal').to_pyarrow_table("
+          "columns=['t', 'run_id'], filters=[('record', '=', 'ledger')]); "
+          "print(json.dumps(sorted(zip(t['t'].to_pylist(), t['run_id'].to_pylist()))))")
+
+
+def ledger() -> list[tuple[int, str]]:
+    """(t, run id) of every processed timestamp, from the journal's Delta log (delta-rs)."""
+    out = in_container(f'python -c "{LEDGER}" 2>/dev/null || echo "[]"')
+    return [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
+
+
+def wait_ledger(last_t: int, timeout: float) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = ledger()
+        if rows and max(t for t, _ in rows) >= last_t:
+            return rows
+        time.sleep(10)
+    raise SystemExit(f"the ledger did not reach t={last_t} within {timeout:.0f} s")
+
+
+def compare(export: Path, oracle: Path) -> None:
+    a, b = (sorted(p.read_text().splitlines()) for p in (export, oracle))
+    if a != b:
+        raise SystemExit(f"{export} differs from {oracle} ({len(a)} vs {len(b)} lines)")
+    subprocess.run(f"cmp <(sort {export}) <(sort {oracle})", shell=True, executable="/bin/bash", check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", type=Path, default=Path(os.environ.get("DKMSKS_INPUT", REPO / ".cache/compose/input")),
+                   help="host folder mounted at /data/input")
+    p.add_argument("--source", default=os.environ.get("DKMSKS_SMOKE_SOURCE",
+                                                      "/work/shared/data/wof_simplegeo_us/objects.tsv.gz"))
+    p.add_argument("--o-init", type=int, default=5000)
+    p.add_argument("--subscriptions", type=int, default=500)
+    p.add_argument("--timestamps", type=int, default=5)
+    p.add_argument("--first", type=int, default=3, help="timestamps the DAGs process; follow does the rest")
+    p.add_argument("--out", type=Path, default=REPO / ".cache/compose/smoke", help="exports and oracles (host)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds for each wait")
+    args = p.parse_args(argv)
+    dkm = REPO / ".venv/bin/dkm"
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    name = f"smoke-o{args.o_init}-s{args.subscriptions}-t{args.timestamps}"
+    work = args.input / name
+    objects, events = work / "objects.tsv.gz", work / "events.tsv.gz"
+    if not objects.exists():
+        subprocess.run([dkm, "generate", "--source", args.source, "--out", work, "--o-init", str(args.o_init),
+                        "--subscriptions", str(args.subscriptions), "--timestamps", str(args.timestamps)], check=True)
+    first = {kind: work / f"{kind}-upto{args.first}.tsv.gz" for kind in ("objects", "events")}
+    for kind, path in first.items():
+        cut(work / f"{kind}.tsv.gz", path, args.first)
+    in_box = f"/data/input/{name}"
+    say(f"workload {work}: |O_init|={args.o_init}, |S|={args.subscriptions}, T={args.timestamps}")
+
+    airflow = Airflow()
+    airflow.wait_dags(args.timeout)
+    say("signed in to Airflow's REST API as admin; the four DAGs are registered and unpaused")
+
+    compose("stop", "follow")  # the DAGs process the first timestamps; follow the rest
+    now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    status, run = airflow.call("POST", "/api/v2/dags/dkmsks_ingest/dagRuns", {"logical_date": None, "conf": {
+        "objects": f"{in_box}/objects-upto{args.first}.tsv.gz", "events": f"{in_box}/events-upto{args.first}.tsv.gz",
+        "warehouse": "/data/warehouse"}})
+    assert status == 200, f"trigger dkmsks_ingest: HTTP {status}"
+    t = time.monotonic()
+    ingest = airflow.wait_run("dkmsks_ingest", after=now, run_id=run["dag_run_id"], timeout=args.timeout)
+    say(f"dkmsks_ingest {ingest['dag_run_id']} succeeded ({seconds(ingest):.0f} s run, {time.monotonic() - t:.0f} s "
+        "from the trigger)")
+    t = time.monotonic()
+    partition = airflow.wait_run("dkmsks_partition", after=now, timeout=args.timeout)
+    say(f"dkmsks_partition {partition['dag_run_id']} ({partition['run_type']}) succeeded ({seconds(partition):.0f} s)")
+    t = time.monotonic()
+    rows = wait_ledger(args.first, args.timeout)
+    by_dags = {run_id for t_, run_id in rows if 1 <= t_ <= args.first}
+    micro = [r for r in airflow.runs("dkmsks_microbatch") if r["dag_run_id"] in by_dags]
+    say(f"ledger at t={args.first} {time.monotonic() - t:.0f} s after the partition run; t=1..{args.first} committed by "
+        + ", ".join(f"dkmsks_microbatch {r['dag_run_id']} ({r['run_type']}, {seconds(r):.0f} s)" for r in micro))
+    assert micro and by_dags <= {r["dag_run_id"] for r in micro}, f"not the micro-batch DAG: {rows}"
+
+    t = time.monotonic()
+    compose("up", "-d", "--no-deps", "follow")
+    deadline = time.monotonic() + args.timeout
+    while "following: plan" not in compose("logs", "--no-color", "--tail", "20", "follow"):
+        assert time.monotonic() < deadline, "follow did not pick up the plan"
+        time.sleep(5)
+    say(f"follow is following the plan ({time.monotonic() - t:.0f} s after its start)")
+    for ts in range(args.first + 1, args.timestamps + 1):
+        t = time.monotonic()
+        in_container(f"dkm publish --objects {in_box}/objects.tsv.gz --events {in_box}/events.tsv.gz "
+                     "--warehouse /data/warehouse --timestamps 1 2>/dev/null")
+        published = time.monotonic() - t
+        rows = wait_ledger(ts, args.timeout)
+        say(f"published t={ts} ({published:.0f} s, a Spark session of its own); processed by "
+            f"{dict(rows)[ts]!r} {time.monotonic() - t - published:.0f} s later")
+    followed = [t_ for t_, run_id in rows if run_id == "follow"]
+    assert followed, f"the follow service processed no timestamp: {rows}"
+
+    t = time.monotonic()
+    compose("stop", "follow")
+    state = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}",
+                            compose("ps", "-q", "follow").strip()], capture_output=True, text=True, check=True)
+    tail = compose("logs", "--no-color", "--tail", "3", "follow")
+    assert state.stdout.strip() == "0" and "stopped" in tail, (state.stdout, tail)
+    say(f"follow stopped on SIGTERM in {time.monotonic() - t:.1f} s with exit status 0")
+
+    for as_of in (args.first, args.timestamps):
+        t = time.monotonic()
+        export, oracle = args.out / f"export-t{as_of}.jsonl", args.out / f"oracle-t{as_of}.jsonl"
+        export.write_text(in_container(f"dkm export --warehouse /data/warehouse --as-of {as_of} "
+                                       "--out /tmp/export.jsonl >&2 && cat /tmp/export.jsonl"))
+        subprocess.run([dkm, "oracle", "--objects", objects, "--events", events, "--as-of", str(as_of),
+                        "--out", oracle], check=True, capture_output=True)
+        compare(export, oracle)
+        say(f"export at t={as_of} equals the oracle: {len(export.read_text().splitlines())} subscriptions "
+            f"({time.monotonic() - t:.0f} s)")
+    say("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
