@@ -63,6 +63,7 @@ COPY lib/ lib/
 COPY sql/ sql/
 COPY spark_apps/ spark_apps/
 COPY dags/ dags/
+COPY conf/ conf/
 RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation -e . \
  && .venv/bin/python -m compileall -q lib dags spark_apps
 
