@@ -5,9 +5,9 @@
 # so that edits in the working tree cannot change the code under measurement mid-run. The
 # machine has 2 cores shared with other work: run the steps one after another.
 # Usage: [RUNS=3] bench/paper_full.sh {a|b|c|d|report}
-#   a: Tables 2-3 and Figure 7 on Place at the default setting (|O_init| = 1M, |S| = 1M, m = 20,
-#      k_max = 10, 100 timestamps; the tables are the means over the Figure 7 run), all four
-#      methods (KOP, SOP, DkM-SKS, PS²Stream) and the paper-estimate variants
+#   a: on Place, all four methods (KOP, SOP, DkM-SKS, PS²Stream) and the paper-estimate
+#      variants: Tables 2-3 at the default setting (|O_init| = 1M, |S| = 1M, m = 20, k_max = 10;
+#      10 timestamps), then Figure 7 (|S| = 100k, 100 timestamps)
 #   b: the same on the Twitter stand-in
 #   c: the Spark pipeline points (default setting and the m sweep)
 #   d: the sweeps (Figures 8-10; |S| = 100k for the m and k_max sweeps) on both data sets
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 DKM="$PWD/.venv/bin/dkm"
 OUT="$PWD/.cache/bench/paper"
 PREVIOUS=e8de770
-COMMON=(--runs "${RUNS:-1}" --out "$OUT" --sweep-subs 100000
+COMMON=(--runs "${RUNS:-1}" --out "$OUT" --t-table 10 --series-subs 100000 --sweep-subs 100000
         --subs-values 50000,100000,250000,500000,1000000,2500000,5000000,10000000)
 SPARK=(--spark-o-init 50000 --spark-subscriptions 50000 --spark-timestamps 10 --spark-ms 5,10,20,40)
 export OMP_NUM_THREADS=1
@@ -36,14 +36,14 @@ snapshot() {  # prints the folder of a source snapshot of HEAD
 }
 
 engine() {  # dkm bench paper from the snapshot
-  PYTHONPATH="$(snapshot)/lib" nice -n 5 "$DKM" bench paper "${COMMON[@]}" --no-spark --no-report "$@"
+  PYTHONPATH="$(snapshot)/lib" "$DKM" bench paper "${COMMON[@]}" --no-spark --no-report "$@"
 }
 
 case "${1:-}" in
   a) engine --datasets place --figures tables,fig7 ;;
   b) engine --datasets twitter --figures tables,fig7 ;;
   c) snap="$(snapshot)"
-     nice -n 5 "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --figures "" --spark --spark-code "$snap" --no-report ;;
+     "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --figures "" --spark --spark-code "$snap" --no-report ;;
   d) engine --datasets place --figures fig8,fig10,fig9
      engine --datasets twitter --figures fig8,fig10,fig9 ;;
   report) PYTHONPATH="$PWD/lib" "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --report-only --previous-report "$PREVIOUS" ;;
