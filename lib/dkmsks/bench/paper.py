@@ -578,6 +578,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="run the Spark CLI of this source tree (e.g. a snapshot of a commit) instead of "
                         "the installed one")
     q.add_argument("--report-only", action="store_true", help="measure nothing; rewrite plots and report")
+    q.add_argument("--previous-report", default=None, metavar="COMMIT",
+                   help="the commit whose docs/paper-reproduction.md holds the sections this run did not "
+                        "measure (the report points there instead of repeating stale numbers)")
     q.add_argument("--no-report", action="store_true", help="measure only")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return q.parse_args(argv)
@@ -646,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dkmsks.bench.paper_report import write_report
 
         write_report(cfg, store, docs, img, command=" ".join(["dkm", "bench", "paper", *argv]),
-                     spark_points=scfg.points() if spark_on else [])
+                     spark_points=scfg.points() if spark_on else [], previous=args.previous_report)
         print(f"wrote {docs} and plots in {img}")
     print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
