@@ -45,7 +45,7 @@ from dkmsks.bench.common import (
     provenance,
     say,
 )
-from dkmsks.core.config import DEFAULTS, PARAMETERS, PartitionConfig
+from dkmsks.core.config import DEFAULTS, PARAMETERS, Method, NewCost, PartitionConfig, Ps2New
 
 PARAMETER_BY_NAME = {par.name: par for par in PARAMETERS}
 
@@ -106,10 +106,11 @@ class Point:
 
     def config(self) -> PartitionConfig:
         """The core's parameters of this point (validated)."""
-        return PartitionConfig(method=self.method, workers=self.m, theta=self.theta, gamma1=self.gamma1,
-                               gamma2=self.gamma2, grid=self.grid, new_cost=self.new_cost,
-                               ps2_theta=self.ps2_theta, ps2_rho=self.ps2_rho, ps2_alpha=self.ps2_alpha,
-                               ps2_beta=self.ps2_beta, ps2_new=self.ps2_new)
+        return PartitionConfig(method=Method.from_str(self.method), workers=self.m, theta=self.theta,
+                               gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid,
+                               new_cost=NewCost.from_str(self.new_cost), ps2_theta=self.ps2_theta,
+                               ps2_rho=self.ps2_rho, ps2_alpha=self.ps2_alpha, ps2_beta=self.ps2_beta,
+                               ps2_new=Ps2New.from_str(self.ps2_new))
 
     def workload(self) -> tuple[str, int, int, int, int]:
         return (self.dataset, self.o_init, self.subs, self.k_max, self.seed)

@@ -284,11 +284,12 @@ def _table2(res: Results) -> str:
         # have one variant each.
         paper = {me: summ.get((me, "paper")) if me in ("dkm", "sop") else live[me] for me in METHODS}
         for source, row in ((prose("source.ours"), live), (prose("source.ours_paper_est"), paper)):
-            if row["dkm"] is None or all(row[me] is None for me in others):
+            base = row["dkm"]
+            if base is None or all(row[me] is None for me in others):
                 continue
-            lines.append(_row(name, source, *(f1(row[me]["balance"]) if row[me] else "–" for me in METHODS),
-                              *(f"{ratio(row[me]['balance'], row['dkm']['balance']):.1f}" if row[me] else "–"
-                                for me in others)))
+            cells = {me: x["balance"] for me, x in row.items() if x is not None}
+            lines.append(_row(name, source, *(f1(cells.get(me)) for me in METHODS),
+                              *(f"{ratio(cells[me], base['balance']):.1f}" if me in cells else "–" for me in others)))
         if live["dkm"] is not None:
             spread = {me: x["work_max"] - x["work_min"] for me, x in live.items() if x}
             lines.append(_row(name, prose("source.work_spread"), *(f0(spread.get(me)) for me in METHODS),
@@ -502,6 +503,8 @@ def _differences(res: Results) -> str:
     summ = res.default_setting("place") if place else {}
     subs = sorted({cfg.table_point(ds, "dkm", "live").subs for ds in cfg.datasets})
     bullets = [prose("differ", subs=" / ".join(f"{v:,}" for v in subs), cores=_machines(res.engine())[0]["nproc"])]
+    if any(res.default_setting(ds).get(("ps2", "live")) for ds in cfg.datasets):
+        bullets.append(prose("differ.ps2"))
     d, dp, k = summ.get(("dkm", "live")), summ.get(("dkm", "paper")), summ.get(("kop", "live"))
     if d and dp:
         bullets.append(_new_cost(d, dp))
