@@ -430,7 +430,7 @@ def _ps2(res: Results) -> str:
             parts.append(prose("ps2.new.avoided" if obs["avoided"] else "ps2.new.not_avoided", **values))
             parts.append(prose("ps2.end.kept" if obs["kept"] else "ps2.end.evened", **values))
         else:
-            parts.append(prose("ps2.new.where", **values))
+            parts.append(prose("ps2.new.busiest_avoided" if obs["avoided"] else "ps2.new.where", **values))
         parts.append(prose("ps2.verdict.reproduced" if obs["reproduced"] else "ps2.verdict.not_reproduced"))
         out.append(" ".join(parts))
     if not verdicts:
@@ -528,8 +528,15 @@ def _differences(res: Results) -> str:
                                dkm_worker_work=f0(d["work_mean"])))
         bullets.append(" ".join(parts))
     t_table = cfg.table_point(cfg.datasets[0], "dkm", "live").T if cfg.datasets else cfg.t_series
-    repeats = prose("differ.repeats" if cfg.runs > 1 else "differ.once", runs=cfg.runs, t_series=cfg.t_series,
-                    t_table=t_table, t_sweep=cfg.t_sweep)
+    # How many runs the report's points actually merged (a run may have stopped early).
+    merged = {"Tables 2–3": [s["runs"] for ds in cfg.datasets for s in res.default_setting(ds).values()],
+              "Figure 7": [r["runs"] for ds in cfg.datasets for v in cfg.variants_series
+                           if (r := res.series(ds, *v)) is not None]}
+    counts = "; ".join(f"{name} {min(n)}" + (f"–{max(n)}" if max(n) > min(n) else "")
+                       for name, n in merged.items() if n)
+    once = all(x == 1 for n in merged.values() for x in n)
+    repeats = prose("differ.once" if once else "differ.repeats", runs=cfg.runs, counts=counts,
+                    t_series=cfg.t_series, t_table=t_table, t_sweep=cfg.t_sweep)
     if res.spark():
         repeats += " " + prose("differ.spark_once")
     bullets.append(repeats)
