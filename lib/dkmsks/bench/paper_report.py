@@ -439,8 +439,12 @@ def _ps2(res: Results) -> str:
         summ = res.default_setting(ds)
         q, k = summ.get(("ps2", "live")), summ.get(("kop", "live"))
         if q and k:
+            same = math.isclose(q["work"], k["work"], rel_tol=1e-9)
+            work = prose("ps2.work.same_as_kop" if same else "ps2.work.vs_kop", work=f0(q["work"]),
+                         kop=f0(k["work"]), ratio=f2(ratio(q["work"], k["work"])))
             out.append(prose("ps2.insertion", dataset=DATASET_NAMES[ds], ps2=f1(q["insert"]), kop=f1(k["insert"]),
-                             paper_ps2=f"{PAPER_T3['insert']['ps2']:.2f}", paper_kop=f"{PAPER_T3['insert']['kop']:.2f}"))
+                             paper_ps2=f"{PAPER_T3['insert']['ps2']:.2f}", paper_kop=f"{PAPER_T3['insert']['kop']:.2f}",
+                             work=work))
     names = [f"{DATASET_NAMES[ds]}, {setting}" for ds, setting in verdicts]
     yes = [f"{DATASET_NAMES[ds]}, {setting}" for (ds, setting), v in verdicts.items() if v]
     if len(yes) == len(names):
