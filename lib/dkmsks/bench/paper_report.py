@@ -403,10 +403,15 @@ def _ps2(res: Results) -> str:
     """The paper's PS²Stream observation, tested on the measured runs (thresholds in
     :mod:`~dkmsks.bench.paper_results`)."""
     verdicts: dict[tuple[str, str], bool] = {}
+    seen: dict[str, list[str]] = {"heavy": [], "avoided": []}
     out = [prose("ps2", heavy=f"{HEAVY_ABOVE:g}", single=f"{SINGLE_ABOVE:g}", avoided=f"{AVOIDED_BELOW:g}")]
     for ds, setting, pw in ps2_workers(res):
         obs = ps2_observation(pw)
         verdicts[(ds, setting)] = obs["reproduced"]
+        run = f"{DATASET_NAMES[ds]}, {setting}"
+        for part in ("heavy", "avoided"):
+            if obs[part]:
+                seen[part].append(run)
         m, heavy = pw["m"], pw["heavy"]
         values = dict(
             dataset=DATASET_NAMES[ds], setting=setting, w=pw["w"], m=m, est0=f2(pw["est0_spread"]),
@@ -439,18 +444,26 @@ def _ps2(res: Results) -> str:
         summ = res.default_setting(ds)
         q, k = summ.get(("ps2", "live")), summ.get(("kop", "live"))
         if q and k:
+            live = {me: summ[(me, "live")]["imbalance"] for me in METHODS if (me, "live") in summ}
+            spread = prose("ps2.spread_rank", dataset=DATASET_NAMES[ds], spread=f2(q["imbalance"]),
+                           rank=1 + sum(v > q["imbalance"] for v in live.values()), n=len(live),
+                           others=", ".join(f"{NAMES[me]} {f2(v)}" for me, v in live.items() if me != "ps2"))
             same = math.isclose(q["work"], k["work"], rel_tol=1e-9)
             work = prose("ps2.work.same_as_kop" if same else "ps2.work.vs_kop", work=f0(q["work"]),
                          kop=f0(k["work"]), ratio=f2(ratio(q["work"], k["work"])))
-            out.append(prose("ps2.insertion", dataset=DATASET_NAMES[ds], ps2=f1(q["insert"]), kop=f1(k["insert"]),
-                             paper_ps2=f"{PAPER_T3['insert']['ps2']:.2f}", paper_kop=f"{PAPER_T3['insert']['kop']:.2f}",
-                             work=work))
+            out.append(spread + " " + prose("ps2.insertion", ps2=f1(q["insert"]), kop=f1(k["insert"]), work=work,
+                                            paper_ps2=f"{PAPER_T3['insert']['ps2']:.2f}",
+                                            paper_kop=f"{PAPER_T3['insert']['kop']:.2f}"))
     names = [f"{DATASET_NAMES[ds]}, {setting}" for ds, setting in verdicts]
     yes = [f"{DATASET_NAMES[ds]}, {setting}" for (ds, setting), v in verdicts.items() if v]
     if len(yes) == len(names):
         out.append(prose("ps2.summary.all", runs="; ".join(names)))
     elif yes:
         out.append(prose("ps2.summary.some", yes="; ".join(yes), no="; ".join(n for n in names if n not in yes)))
+    elif seen["heavy"] or seen["avoided"]:
+        out.append(prose("ps2.summary.parts", runs="; ".join(names), heavy_x=f"{HEAVY_ABOVE:g}×",
+                         heavy="; ".join(seen["heavy"]) or prose("ps2.summary.no_run"),
+                         avoided="; ".join(seen["avoided"]) or prose("ps2.summary.no_run")))
     else:
         out.append(prose("ps2.summary.none", runs="; ".join(names)))
     return "\n\n".join(out)

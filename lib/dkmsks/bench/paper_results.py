@@ -230,8 +230,11 @@ class Results:
                        for me, nc in cfg.variants_series]
             else:
                 _, values = cfg.sweep_values(fig, ds)
+                # only the sweep's own points: not those that are the Figure 7 run cut short,
+                # nor those that are the Tables 2-3 point
                 pts = [q for v in values for me, nc in cfg.variants_sweep
-                       if not cfg.covered_by_series(q := cfg.sweep_point(fig, ds, v, me, nc))]
+                       if not cfg.covered_by_series(q := cfg.sweep_point(fig, ds, v, me, nc))
+                       and q != cfg.table_point(ds, me, nc)]
             if any(self.store.get(replace(q, run=r)) is not None for q in pts for r in range(max(cfg.runs, 1))):
                 return True
         return False
