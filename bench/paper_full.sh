@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DKM="$PWD/.venv/bin/dkm"
-OUT="$PWD/.cache/bench/paper"
+OUT=.cache/bench/paper  # relative: every step runs from the top of the repository
 PREVIOUS=e8de770
 COMMON=(--runs "${RUNS:-1}" --out "$OUT" --t-table 10 --series-subs 100000 --sweep-subs 100000
         --subs-values 50000,100000,250000,500000,1000000,2500000,5000000,10000000)

@@ -152,7 +152,9 @@ def _load(recs: list[dict[str, Any]]) -> tuple[float, float, float]:
 
 def _title(res: Results, command: str) -> str:
     recs = list(res.store.records.values())
-    return prose("title", command=command, date=utc_now(), records=len(recs), commits=_commits(recs))
+    dates = sorted(r["date"] for r in recs if r.get("date"))
+    return prose("title", command=command, date=utc_now(), records=len(recs), commits=_commits(recs),
+                 first=dates[0] if dates else "–", last=dates[-1] if dates else "–")
 
 
 def _machine(res: Results) -> str:
