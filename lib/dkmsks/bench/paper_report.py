@@ -406,7 +406,8 @@ def _ps2(res: Results) -> str:
     :mod:`~dkmsks.bench.paper_results`)."""
     verdicts: dict[tuple[str, str], bool] = {}
     seen: dict[str, list[str]] = {"heavy": [], "avoided": []}
-    out = [prose("ps2", heavy=f"{HEAVY_ABOVE:g}", single=f"{SINGLE_ABOVE:g}", avoided=f"{AVOIDED_BELOW:g}")]
+    out = [prose("ps2", heavy=f"{HEAVY_ABOVE:g}", single=f"{SINGLE_ABOVE:g}", avoided=f"{AVOIDED_BELOW:g}",
+                 paper_place=f"{PAPER_T2['place']['ps2']:,.2f}", paper_twitter=f"{PAPER_T2['twitter']['ps2']:,.2f}")]
     for ds, setting, pw in ps2_workers(res):
         obs = ps2_observation(pw)
         verdicts[(ds, setting)] = obs["reproduced"]
