@@ -104,7 +104,7 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             ax.set_xticks(x)
             ax.set_xlabel("worker")
             ax.set_ylabel("relative to the mean worker")
-            ax.set_title(f"{title}: PS²Stream, estimated load vs work", fontsize=9)
+            ax.set_title(title, fontsize=9)
             ax.legend(fontsize=7, ncol=2, loc="upper center")
             ax.grid(True, axis="y", alpha=0.3)
             ax = axes[2 * i + 1][col]
@@ -115,6 +115,7 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             ax.set_ylabel(f"new subscriptions, {pw['T']} timestamps")
             ax.legend(fontsize=7)
             ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("PS²Stream per worker: estimated count load L(w) vs measured work; where new subscriptions went")
     fig.tight_layout()
     path = img / "workers_ps2.png"
     fig.savefig(path, dpi=100)

@@ -425,6 +425,7 @@ def _ps2(res: Results) -> str:
             new_heavy=f"{int(pw['new'][heavy]):,}", share=f"{pw['heavy_new_share']:.1%}", fair=f"{1 / m:.1%}",
             new_max=f"{int(pw['new'].max()):,}", new_min=f"{int(pw['new'].min()):,}", new_spread=f2(pw["new_spread"]),
             heavy_last=f2(pw["heavy_last_spread"]), busiest_last=pw["heavy_last"],
+            busiest_last_spread=f2(pw["work_last_spread"]), busiest_last_new=f"{int(pw['new'][pw['heavy_last']]):,}",
             subs0=f"{int(pw['subs0'][heavy]):,}", subs1=f"{int(pw['subs1'][heavy]):,}",
             subs_mean0=f"{pw['subs0'].mean():,.0f}", subs_mean1=f"{pw['subs1'].mean():,.0f}")
         parts = [prose("ps2.dataset", **values), prose("ps2.counts_vs_work", **values)]
