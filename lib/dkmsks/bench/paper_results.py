@@ -102,7 +102,13 @@ def merge_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             ts[key] = list(values[:n])
     load = [x for r in recs for x in (r.get("load_avg") or [])]
-    return dict(recs[0], ts=ts, runs=len(recs), load_avg=load or recs[0].get("load_avg"))
+    out = dict(recs[0], ts=ts, runs=len(recs), load_avg=load or recs[0].get("load_avg"))
+    if all((r.get("workers") or {}).get("time") for r in recs):
+        # per-worker kNN times: medians over the runs too (the other per-worker columns are
+        # counters or the server's deterministic estimates)
+        times = np.median(np.asarray([r["workers"]["time"][:n] for r in recs], float), axis=0)
+        out["workers"] = dict(recs[0]["workers"], time=times.tolist())
+    return out
 
 
 def cut_record(rec: dict[str, Any], T: int) -> dict[str, Any]:
