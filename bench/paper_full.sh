@@ -7,7 +7,8 @@
 # Usage: [RUNS=3] bench/paper_full.sh {a|b|c|d|report}
 #   a: on Place, all four methods (KOP, SOP, DkM-SKS, PS²Stream) and the paper-estimate
 #      variants: Tables 2-3 at the default setting (|O_init| = 1M, |S| = 1M, m = 20, k_max = 10;
-#      10 timestamps), then Figure 7 (|S| = 100k, 100 timestamps)
+#      10 timestamps), then Figure 7 (|S| = 100k, 100 timestamps), then PS²Stream alone at the
+#      default setting over 100 timestamps
 #   b: the same on the Twitter stand-in
 #   c: the Spark pipeline points (default setting and the m sweep)
 #   d: the sweeps (Figures 8-10; |S| = 100k for the m and k_max sweeps) on both data sets
@@ -40,8 +41,8 @@ engine() {  # dkm bench paper from the snapshot
 }
 
 case "${1:-}" in
-  a) engine --datasets place --figures tables,fig7 ;;
-  b) engine --datasets twitter --figures tables,fig7 ;;
+  a) engine --datasets place --figures tables,fig7,ps2long ;;
+  b) engine --datasets twitter --figures tables,fig7,ps2long ;;
   c) snap="$(snapshot)"
      "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --figures "" --spark --spark-code "$snap" --no-report ;;
   d) engine --datasets place --figures fig8,fig10,fig9

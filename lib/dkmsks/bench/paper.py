@@ -63,7 +63,10 @@ VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
     ("dkm", "live"), ("ps2", "live"), ("kop", "live"), ("sop", "live"), ("dkm", "paper"), ("sop", "paper"),
 )
 VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"))
-FIGURES = ("tables", "fig7", "fig8", "fig9", "fig10")
+#: The experiments. ``ps2long``: PS²Stream alone at the default setting of Tables 2-3 over the
+#: Figure 7 run's timestamps, when those are different streams (the paper's observation on
+#: PS²Stream is about its workers over time at the default setting).
+FIGURES = ("tables", "fig7", "ps2long", "fig8", "fig9", "fig10")
 
 # Rough seconds per timestamp at |S| = 1M, relative to each other: they only weight the progress
 # bar so that its ETA means something.
@@ -191,6 +194,10 @@ class PaperConfig:
                          subs=self.table_subs.get(dataset, self.subs),
                          T=self.t_table if self.t_table is not None else self.t_series, run=run)
 
+    def ps2_long_point(self, dataset: str, run: int = 0) -> Point:
+        """PS²Stream at the default setting of Tables 2-3 over ``T_series`` timestamps."""
+        return replace(self.table_point(dataset, "ps2", "live", run), T=self.t_series)
+
     def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str,
                     run: int = 0) -> Point:
         name, _ = self.sweep_values(fig, dataset)
@@ -220,6 +227,11 @@ class PaperConfig:
             if "fig7" in self.figures:
                 for r in range(self.runs):
                     pts += [self.series_point(ds, me, nc, r) for me, nc in self.variants_series]
+            if "ps2long" in self.figures:
+                for r in range(self.runs):
+                    p = self.ps2_long_point(ds, r)
+                    if p not in (self.series_point(ds, "ps2", "live", r), self.table_point(ds, "ps2", "live", r)):
+                        pts.append(p)
             for fig in ("fig8", "fig10", "fig9"):
                 if fig not in self.figures:
                     continue
@@ -539,7 +551,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     q.add_argument("--datasets", type=_names, default=d.datasets, help="place,twitter (%(default)s)")
     q.add_argument("--figures", type=_names, default=FIGURES,
                    help="which experiments to measure: tables (Tables 2-3 and the targets at the default "
-                        "setting), fig7, fig8, fig9, fig10 (all)")
+                        "setting), fig7, ps2long (PS²Stream alone at the default setting over the Figure 7 "
+                        "timestamps), fig8, fig9, fig10 (all)")
     q.add_argument("--o-init", type=int, default=None, help=f"|O_init| ({d.o_init:,})")
     q.add_argument("--subscriptions", type=int, default=None, help=f"|S| default ({d.subs:,})")
     q.add_argument("--workers", type=int, default=None, help=f"m default ({d.m})")

@@ -77,7 +77,7 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             rec = res.run_record(kind, ds, "ps2", "live")
             pw = per_worker(rec) if rec is not None else None
             if pw is not None:
-                name = "Tables 2–3" if kind == "tables" else "Figure 7"
+                name = {"tables": "Tables 2–3", "fig7": "Figure 7"}.get(kind, "PS²Stream alone, default setting")
                 views.append((f"{DATASET_NAMES[ds]}, {name} run (|S| = {p.subs:,}, {p.T} timestamps)", pw))
         if views:
             cols.append(views)

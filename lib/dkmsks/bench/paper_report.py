@@ -192,6 +192,11 @@ def _parameters(res: Results) -> str:
         p = cfg.series_point(ds, "dkm", "live")
         lines.append(_row("Figure 7", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m, p.k_max,
                           cfg.t_series, "–"))
+    if res.measured("ps2long"):
+        for ds in cfg.datasets:
+            p = cfg.ps2_long_point(ds)
+            lines.append(_row(prose("parameters.ps2long"), DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
+                              p.k_max, p.T, "–"))
     for ds in cfg.datasets:
         for fig in (f for f in SWEEPS if res.measured(f)):
             name, values = cfg.sweep_values(fig, ds)
@@ -359,7 +364,8 @@ def _fig7(res: Results, pngs: dict[str, str]) -> str:
 def _settings(res: Results, ds: str) -> list[tuple[str, Any]]:
     """The runs whose workers the report examines on ``ds`` (:meth:`Results.settings`), as
     (label, record getter)."""
-    return [(prose("setting.tables" if kind == "tables" else "setting.fig7", subs=f"{p.subs:,}", T=p.T),
+    return [(prose("setting.tables" if kind == "tables" else "setting.fig7" if kind == "fig7" else "setting.ps2long",
+                   subs=f"{p.subs:,}", T=p.T),
              lambda me, nc, kind=kind: res.run_record(kind, ds, me, nc)) for kind, p in res.settings(ds)]
 
 

@@ -183,16 +183,23 @@ class Results:
         return merge_runs(recs) if recs else None
 
     def settings(self, dataset: str) -> list[tuple[str, Point]]:
-        """The runs whose workers the report examines: the default setting of Tables 2-3 and
-        the Figure 7 run (only the latter when they are the same stream), as (kind, the
-        DkM-SKS point of the setting)."""
+        """The runs whose workers the report examines: the default setting of Tables 2-3, the
+        Figure 7 run (only the latter when they are the same stream) and PS²Stream's long run at
+        the default setting when measured, as (kind, a point of the setting)."""
         t, f = self.cfg.table_point(dataset, "dkm", "live"), self.cfg.series_point(dataset, "dkm", "live")
-        return ([("tables", t)] if t != f else []) + [("fig7", f)]
+        out = ([("tables", t)] if t != f else []) + [("fig7", f)]
+        long = self.cfg.ps2_long_point(dataset)
+        if long not in (self.cfg.table_point(dataset, "ps2", "live"), self.cfg.series_point(dataset, "ps2", "live")) \
+                and self.record(long) is not None:
+            out.append(("ps2long", replace(long, method="dkm")))
+        return out
 
     def run_record(self, kind: str, dataset: str, method: str, new_cost: str) -> dict[str, Any] | None:
         """The merged record of a variant in the run of ``kind`` (``tables`` or ``fig7``)."""
         if kind == "fig7":
             return self.series(dataset, method, new_cost)
+        if kind == "ps2long":
+            return self.record(self.cfg.ps2_long_point(dataset)) if method == "ps2" else None
         return self.record(self.cfg.table_point(dataset, method, new_cost))
 
     def point(self, p: Point) -> tuple[dict[str, float] | None, str]:
@@ -231,7 +238,9 @@ class Results:
         sweep) on the configured data sets: a report section with none is not regenerated."""
         cfg = self.cfg
         for ds in cfg.datasets:
-            if fig in ("tables", "fig7"):
+            if fig == "ps2long":
+                pts = [cfg.ps2_long_point(ds)]
+            elif fig in ("tables", "fig7"):
                 pts = [cfg.table_point(ds, me, nc) if fig == "tables" else cfg.series_point(ds, me, nc)
                        for me, nc in cfg.variants_series]
             else:
