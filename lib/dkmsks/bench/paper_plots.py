@@ -77,8 +77,8 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             rec = res.run_record(kind, ds, "ps2", "live")
             pw = per_worker(rec) if rec is not None else None
             if pw is not None:
-                name = {"tables": "Tables 2–3", "fig7": "Figure 7"}.get(kind, "PS²Stream alone, default setting")
-                views.append((f"{DATASET_NAMES[ds]}, {name} run (|S| = {p.subs:,}, {p.T} timestamps)", pw))
+                name = {"tables": "Tables 2–3 run", "fig7": "Figure 7 run"}.get(kind, "PS²Stream alone, default setting")
+                views.append((f"{DATASET_NAMES[ds]}, {name} (|S| = {p.subs:,}, {p.T} timestamps)", pw))
         if views:
             cols.append(views)
     if not cols:
@@ -116,7 +116,7 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             ax.legend(fontsize=7)
             ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("PS²Stream per worker: estimated count load L(w) vs measured work; where new subscriptions went")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     path = img / "workers_ps2.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -558,8 +558,10 @@ def _differences(res: Results) -> str:
     # How many runs the report's points actually merged (a run may have stopped early).
     merged = {"Tables 2–3": [s["runs"] for ds in cfg.datasets for s in res.default_setting(ds).values()],
               "Figure 7": [r["runs"] for ds in cfg.datasets for v in cfg.variants_series
-                           if (r := res.series(ds, *v)) is not None]}
-    counts = "; ".join(f"{name} {min(n)}" + (f"–{max(n)}" if max(n) > min(n) else "")
+                           if (r := res.series(ds, *v)) is not None],
+              "PS²Stream over time": [r["runs"] for ds in cfg.datasets if res.measured("ps2long")
+                                      and (r := res.record(cfg.ps2_long_point(ds))) is not None]}
+    counts = "; ".join(f"{name}: {min(n)}" + (f"–{max(n)}" if max(n) > min(n) else "")
                        for name, n in merged.items() if n)
     once = all(x == 1 for n in merged.values() for x in n)
     repeats = prose("differ.once" if once else "differ.repeats", runs=cfg.runs, counts=counts,
