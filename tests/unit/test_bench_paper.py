@@ -1,6 +1,7 @@
 """``dkm bench paper --quick`` end to end on both real data sets: every planned
-point is measured and stored, the plots and the report are written, the work counters obey the
-invariants every index must obey, and a rerun measures nothing (resume)."""
+point is measured and stored (PS²Stream's among them), the plots and the report are written, the
+work counters obey the invariants every index must obey, the per-worker columns add up to the
+totals, and a rerun measures nothing (resume)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from conftest import NAMES_FILE, PLACE_FILE, require_real_data
 
 from dkmsks.bench.paper import PaperConfig, Store
 from dkmsks.cli import main
+from dkmsks.core.workload import WorkloadSpec
 
 pytestmark = [pytest.mark.unit, pytest.mark.realdata]
 
@@ -27,19 +29,22 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     cfg = PaperConfig.quick_config()
     store = Store(out)
     planned = cfg.plan()
+    assert {p.method for p in planned} == {"kop", "sop", "dkm", "ps2"}
     assert {p.key() for p in planned} <= set(store.records)
     assert all(store.records[p.key()]["status"] == "ok" for p in planned)
     assert sorted(f.name for f in out.glob("results-*.jsonl")) == ["results-place.jsonl", "results-twitter.jsonl"]
 
     # report and plots
     doc = (out / "paper-reproduction.md").read_text()
-    for png in ("fig7_time", "fig7_work", "fig8", "fig9", "fig10"):
+    for png in ("fig7_time", "fig7_work", "workers_ps2", "fig8", "fig9", "fig10"):
         assert (out / "img" / f"{png}.png").stat().st_size > 10_000
         assert f"img/{png}.png" in doc
-    for heading in ("## Table 2", "## Table 3", "## Figure 7", "## Figure 8", "## Figure 9", "## Figure 10",
+    for heading in ("## Table 2", "## Table 3", "## Figure 7", "## Estimated load and measured work per worker",
+                    "## PS²Stream: the paper's observation", "## Figure 8", "## Figure 9", "## Figure 10",
                     "## Where we differ"):
         assert heading in doc
-    for paper_number in ("32.08", "549.23", "14,037.33", "471.00", "7,684.48", "18,549.04"):
+    for paper_number in ("32.08", "549.23", "14,037.33", "27,490.11", "471.00", "7,684.48", "18,549.04",
+                         "32,892.90"):
         assert paper_number in doc
 
     # counters: per record, the per-worker totals add up; work >= the minimum work
@@ -52,14 +57,28 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         assert len(rec["worker_work_total"]) == p.m
         assert all(w >= mn for w, mn in zip(ts["work"], ts["min_work"]))
         assert all(lo <= hi for lo, hi in zip(ts["work_min"], ts["work_max"]))
+        # per worker and timestamp: the work adds up to the totals, every new subscription is
+        # placed once, and PS²Stream's count load moves by β per insertion and deletion
+        pw = rec["workers"]
+        assert [sum(row) for row in pw["work"]] == ts["work"]
+        assert [max(row) for row in pw["work"]] == ts["work_max"]
+        spec = WorkloadSpec(o_init=p.o_init, subscriptions=p.subs, timestamps=p.T, k_max=p.k_max)
+        assert all(sum(row) == spec.inserts_per_ts and len(row) == p.m for row in pw["new"])
+        assert sum(pw["subs0"]) == p.subs
+        if p.method == "ps2":
+            net = p.ps2_beta * (spec.inserts_per_ts - spec.deletes_per_ts)
+            assert [sum(row) for row in pw["est"]] == [sum(pw["est0"]) + net * t for t in range(1, p.T + 1)]
         by_stream[(p.dataset, p.o_init, p.subs, p.k_max, p.m, p.T)][f"{p.method}/{p.new_cost}"] = rec
     for stream, recs in by_stream.items():
         # results are exact for every index, so the pairs inside the balls are the same for all
         mins = {json.dumps(r["ts"]["min_work"]) for r in recs.values()}
         assert len(mins) == 1, stream
-        # DkM-SKS and SOP only test keyword candidates KOP also tests (space prunes, never adds)
+        # DkM-SKS, SOP and PS²Stream only test keyword candidates KOP also tests (space prunes,
+        # never adds)
         kop = recs["kop/live"]["ts"]["work"]
-        for v in ("dkm/live", "sop/live"):
+        for v in ("dkm/live", "sop/live", "ps2/live"):
+            if v not in recs:
+                continue  # PS²Stream runs in the Figure 7 / Tables 2-3 streams only
             assert all(a <= b for a, b in zip(recs[v]["ts"]["work"], kop)), (stream, v)
         assert sum(recs["dkm/live"]["ts"]["work"]) * 5 < sum(kop), stream
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dkmsks.bench.paper import PaperConfig, Store
-from dkmsks.bench.paper_results import Results, merge_runs
+from dkmsks.bench.paper_results import Results, merge_runs, per_worker, ps2_observation
 
 pytestmark = pytest.mark.unit
 
@@ -53,6 +53,11 @@ def test_runs_merge_into_per_timestamp_medians() -> None:
     assert merged["ts"]["update"] == [2.0, 5.0, 8.0]
     assert merged["ts"]["work"] == [10, 20, 30]
     assert merge_runs(recs[:1])["ts"]["update"] == [1.0, 5.0, 9.0]
+    # per-worker kNN times are merged the same way, timestamp by timestamp and worker by worker
+    for rec, t in zip(recs, (1.0, 3.0, 2.0)):
+        rec["workers"] = {"time": [[t, 10 * t]] * 3, "work": [[5, 5]] * 3}
+    assert merge_runs(recs)["workers"]["time"] == [[2.0, 20.0]] * 3
+    assert merge_runs(recs)["workers"]["work"] == [[5, 5]] * 3
 
 
 def test_a_point_summary_uses_every_run_and_the_series_twins(tmp_path: Path) -> None:
@@ -76,3 +81,46 @@ def test_a_point_summary_uses_every_run_and_the_series_twins(tmp_path: Path) -> 
     assert res.point(cfg.sweep_point("fig8", "place", 2, "kop", "live")) == (None, "not measured")
     series = res.series("place", "sop", "live")
     assert series["runs"] == 3 and series["ts"]["update"] == [0.020] * 6
+
+
+def test_ps2_parameters_enter_only_a_ps2_points_key() -> None:
+    cfg = small_config(1)
+    dkm, ps2 = cfg.series_point("place", "dkm", "live"), cfg.series_point("place", "ps2", "live")
+    assert "ps2_theta" not in dkm.key() and "ps2_new" not in dkm.key()
+    assert '"ps2_new": "argmin"' in ps2.key()
+    assert replace(ps2, ps2_rho=0.6).key() != ps2.key()
+    assert replace(dkm, ps2_rho=0.6).key() == dkm.key()  # DkM-SKS ignores the ps2 parameters
+    assert ps2.config().method.value == "ps2" and ps2.config().ps2_theta == cfg.ps2_theta
+
+
+def workers_record(work: list[list[int]], new: list[list[int]], est0: list[int]) -> dict:
+    m = len(est0)
+    return {"workers": {"work": work, "new": new, "est0": est0, "est": [est0] * len(work), "time": work,
+                        "subs0": [10] * m, "subs": [[10] * m] * len(work)}}
+
+
+def test_the_ps2_observation_is_decided_on_the_stated_thresholds() -> None:
+    # 4 workers, 4 timestamps (windows of 2): worker 0 does 5x the others' work from the start,
+    # receives no new subscription, and is still the busiest at the end
+    heavy = workers_record(work=[[50, 10, 10, 10]] * 4, new=[[0, 4, 3, 3]] * 4, est0=[100, 100, 100, 100])
+    pw = per_worker(heavy)
+    assert pw["w"] == 2 and pw["heavy"] == 0
+    assert pw["work_first_spread"] == pytest.approx(50 / 20)
+    assert pw["heavy_vs_second"] == pytest.approx(5.0)
+    assert pw["heavy_new_share"] == 0.0 and pw["est0_spread"] == 1.0
+    assert ps2_observation(pw) == {"heavy": True, "single": True, "avoided": True, "kept": True, "reproduced": True}
+
+    # the same start, but the heavy worker gets its fair share of new subscriptions: not reproduced
+    fair = workers_record(work=[[50, 10, 10, 10]] * 4, new=[[3, 3, 2, 2]] * 4, est0=[100, 100, 100, 100])
+    obs = ps2_observation(per_worker(fair))
+    assert obs["single"] and not obs["avoided"] and not obs["reproduced"]
+
+    # two equally heavy workers: heavy, but not one heavy worker
+    two = workers_record(work=[[60, 60, 5, 5, 5, 5]] * 4, new=[[0, 0, 3, 3, 2, 2]] * 4, est0=[100] * 6)
+    obs = ps2_observation(per_worker(two))
+    assert obs["heavy"] and not obs["single"] and not obs["reproduced"]
+
+    # an even spread: no heavy worker
+    even = workers_record(work=[[12, 10, 10, 10]] * 4, new=[[0, 4, 3, 3]] * 4, est0=[100, 100, 100, 100])
+    assert ps2_observation(per_worker(even))["heavy"] is False
+    assert per_worker({"ts": {}}) is None  # a record measured before the per-worker columns

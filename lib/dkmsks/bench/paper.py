@@ -36,19 +36,41 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, available_memory_gib, dataset_path, load_average, load_objects, provenance, say
+from dkmsks.bench.common import (
+    REPO,
+    available_memory_gib,
+    dataset_path,
+    load_average,
+    load_objects,
+    provenance,
+    say,
+)
+from dkmsks.core.config import DEFAULTS, PARAMETERS, Method, NewCost, PartitionConfig, Ps2New
+
+PARAMETER_BY_NAME = {par.name: par for par in PARAMETERS}
+
+
+def _plain(value: Any) -> Any:
+    """A checked parameter value as stored in a :class:`Point` (enums as their strings)."""
+    return getattr(value, "value", value)
+
 
 #: Methods with the new-subscription estimate of their main server (docs/design.md §2): ours
-#: (``live``) for all three, and the paper's Eq. 7 / Eq. 2 estimate for DkM-SKS and SOP.
+#: (``live``) for KOP, SOP and DkM-SKS, and the paper's Eq. 7 / Eq. 2 estimate for DkM-SKS and
+#: SOP; PS²Stream (§2.5) estimates nothing (a new subscription counts ``β``), so it has one
+#: variant, stored as ``live``.
 VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
-    ("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"), ("sop", "paper"),
+    ("dkm", "live"), ("ps2", "live"), ("kop", "live"), ("sop", "live"), ("dkm", "paper"), ("sop", "paper"),
 )
 VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"))
-FIGURES = ("tables", "fig7", "fig8", "fig9", "fig10")
+#: The experiments. ``ps2long``: PS²Stream alone at the default setting of Tables 2-3 over the
+#: Figure 7 run's timestamps, when those are different streams (the paper's observation on
+#: PS²Stream is about its workers over time at the default setting).
+FIGURES = ("tables", "fig7", "ps2long", "fig8", "fig9", "fig10")
 
 # Rough seconds per timestamp at |S| = 1M, relative to each other: they only weight the progress
 # bar so that its ETA means something.
-_EST_TS_S = {"kop": 2.0, "sop": 1.9, "dkm": 0.12}
+_EST_TS_S = {"kop": 2.0, "sop": 1.9, "dkm": 0.12, "ps2": 2.0}
 _EST_DATASET = {"place": 1.0, "twitter": 1.6}
 
 
@@ -70,9 +92,28 @@ class Point:
     gamma2: int = 20
     grid: int = 16384
     run: int = 0
+    ps2_theta: int = DEFAULTS.ps2_theta
+    ps2_rho: float = DEFAULTS.ps2_rho
+    ps2_alpha: int = DEFAULTS.ps2_alpha
+    ps2_beta: int = DEFAULTS.ps2_beta
+    ps2_new: str = DEFAULTS.ps2_new.value
 
     def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        """The point's identity in the store. The ``ps2_*`` parameters only enter the key of a
+        PS²Stream point (the other methods ignore them, and their keys stay those of stores
+        written before PS²Stream was measured)."""
+        fields_ = asdict(self)
+        if self.method != "ps2":
+            fields_ = {k: v for k, v in fields_.items() if not k.startswith("ps2_")}
+        return json.dumps(fields_, sort_keys=True)
+
+    def config(self) -> PartitionConfig:
+        """The core's parameters of this point (validated)."""
+        return PartitionConfig(method=Method.from_str(self.method), workers=self.m, theta=self.theta,
+                               gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid,
+                               new_cost=NewCost.from_str(self.new_cost), ps2_theta=self.ps2_theta,
+                               ps2_rho=self.ps2_rho, ps2_alpha=self.ps2_alpha, ps2_beta=self.ps2_beta,
+                               ps2_new=Ps2New.from_str(self.ps2_new))
 
     def workload(self) -> tuple[str, int, int, int, int]:
         return (self.dataset, self.o_init, self.subs, self.k_max, self.seed)
@@ -108,6 +149,11 @@ class PaperConfig:
     gamma1: int = 100_000
     gamma2: int = 20
     grid: int = 16384
+    ps2_theta: int = DEFAULTS.ps2_theta
+    ps2_rho: float = DEFAULTS.ps2_rho
+    ps2_alpha: int = DEFAULTS.ps2_alpha
+    ps2_beta: int = DEFAULTS.ps2_beta
+    ps2_new: str = DEFAULTS.ps2_new.value
     variants_series: tuple[tuple[str, str], ...] = VARIANTS_SERIES
     variants_sweep: tuple[tuple[str, str], ...] = VARIANTS_SWEEP
     quick: bool = False
@@ -126,7 +172,8 @@ class PaperConfig:
     def base(self, dataset: str, *, series: bool = True, **over: Any) -> Point:
         p = Point(dataset=dataset, o_init=self.o_init, subs=self.subs_of(dataset, series), k_max=self.k_max, m=self.m,
                   method="dkm", new_cost="live", T=self.t_series, seed=self.seed, theta=self.theta,
-                  gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid)
+                  gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid, ps2_theta=self.ps2_theta,
+                  ps2_rho=self.ps2_rho, ps2_alpha=self.ps2_alpha, ps2_beta=self.ps2_beta, ps2_new=self.ps2_new)
         return replace(p, **over)
 
     def sweep_values(self, fig: str, dataset: str) -> tuple[str, tuple[int, ...]]:
@@ -146,6 +193,10 @@ class PaperConfig:
         return self.base(dataset, method=method, new_cost=new_cost,
                          subs=self.table_subs.get(dataset, self.subs),
                          T=self.t_table if self.t_table is not None else self.t_series, run=run)
+
+    def ps2_long_point(self, dataset: str, run: int = 0) -> Point:
+        """PS²Stream at the default setting of Tables 2-3 over ``T_series`` timestamps."""
+        return replace(self.table_point(dataset, "ps2", "live", run), T=self.t_series)
 
     def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str,
                     run: int = 0) -> Point:
@@ -176,6 +227,11 @@ class PaperConfig:
             if "fig7" in self.figures:
                 for r in range(self.runs):
                     pts += [self.series_point(ds, me, nc, r) for me, nc in self.variants_series]
+            if "ps2long" in self.figures:
+                for r in range(self.runs):
+                    p = self.ps2_long_point(ds, r)
+                    if p not in (self.series_point(ds, "ps2", "live", r), self.table_point(ds, "ps2", "live", r)):
+                        pts.append(p)
             for fig in ("fig8", "fig10", "fig9"):
                 if fig not in self.figures:
                     continue
@@ -365,7 +421,7 @@ class Runner:
         for i, p in enumerate(order):
             try:
                 rec = self._measure_point(p, plans, setup, space, stats, knn_index, knn, subs,
-                                          objects, events)
+                                          o_init, objects, events)
             except MemoryError as err:
                 rec = point_record(p, "failed", error=f"MemoryError: {err}")
             yield p, rec
@@ -388,27 +444,38 @@ class Runner:
         return have
 
     def _measure_point(self, p: Point, plans: dict, setup: dict, space, stats, knn_index, knn,
-                       subs, objects, events) -> dict[str, Any]:
+                       subs, o_init, objects, events) -> dict[str, Any]:
         from tqdm import tqdm
 
         from dkmsks.core.engine import Engine
+        from dkmsks.core.model import Op
         from dkmsks.core.partition import MainServer, partition
 
         load0 = load_average()
+        config = p.config()
         cached = plans.get((p.method, p.m))
         if cached is None:
             c0 = time.perf_counter()
-            plan = partition(p.method, stats, knn, subs, space, m=p.m, theta=p.theta,
-                             gamma1=p.gamma1, gamma2=p.gamma2)
+            # PS²Stream counts the objects of O_init itself (docs/design.md §2.5).
+            plan = partition(config.method, stats, knn, subs, space, objects=o_init, **config.partition_kwargs())
             cached = plans[(p.method, p.m)] = (plan, time.perf_counter() - c0)
         plan, part_s = cached
         c0 = time.perf_counter()
-        server = MainServer(plan, stats, knn_index, new_cost=p.new_cost)
+        server = MainServer(plan, stats, knn_index, new_cost=config.new_cost, ps2_new=config.ps2_new)
         server_s = time.perf_counter() - c0
         engine = Engine(p.method, space, p.m, server, clock=time.perf_counter, grid=p.grid)
         c0 = time.perf_counter()
-        engine.load_initial(subs, knn, plan.worker, groups=plan.subset if p.method == "sop" else None)
+        # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
+        engine.load_initial(subs, knn, plan.worker, groups=plan.subset if p.method in ("sop", "ps2") else None)
         load_s = time.perf_counter() - c0
+        # Per worker and timestamp, outside the timed steps: the main server's estimated load
+        # (C(w)·|O_init|; PS²Stream's count L(w)), the work and kNN time, the subscriptions held
+        # and where the timestamp's new subscriptions went.
+        inserted = events.op == Op.INSERT
+        per_worker: dict[str, list[list[Any]]] = {"est": [], "work": [], "time": [], "subs": [], "new": []}
+        est0 = server.load_weight.tolist()
+        subs0 = [len(w) for w in engine.workers]
+        loads: list[float] = []
         metrics = []
         worker_total = np.zeros(p.m, dtype=np.int64)
         label = f"{p.dataset} {p.method}/{p.new_cost} m={p.m} |S|={p.subs:,} k_max={p.k_max}"
@@ -417,6 +484,13 @@ class Runner:
             for mt in engine.run(objects, events, until=p.T):
                 metrics.append(mt)
                 worker_total += mt.worker_work
+                where = engine.where(events.ids[inserted & (events.t == mt.t)])
+                per_worker["est"].append(server.load_weight.tolist())
+                per_worker["work"].append(mt.worker_work.tolist())
+                per_worker["time"].append(mt.worker_time.tolist())
+                per_worker["subs"].append(mt.worker_subs.tolist())
+                per_worker["new"].append(np.bincount(where[where >= 0], minlength=p.m).tolist())
+                loads.append(load_average())
                 bar.set_postfix(ms=f"{1e3 * mt.update_time:.0f}", refresh=False)
                 bar.update(1)
         cols = _metrics_columns(metrics)
@@ -426,7 +500,9 @@ class Runner:
         rec["ts"] = cols
         rec["worker_work_total"] = worker_total.tolist()
         rec["worker_subs_end"] = metrics[-1].worker_subs.tolist() if metrics else []
+        rec["workers"] = dict(per_worker, est0=est0, subs0=subs0)
         rec["load_avg"] = [load0, load_average()]
+        rec["load_ts"] = loads
         rec["peak_rss_gib"] = _peak_rss_gib()
         upd = np.mean(cols["update"]) if cols["update"] else float("nan")
         self.say(f"{label} T={p.T}: mean update {1e3 * upd:.1f} ms, mean balance "
@@ -475,7 +551,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     q.add_argument("--datasets", type=_names, default=d.datasets, help="place,twitter (%(default)s)")
     q.add_argument("--figures", type=_names, default=FIGURES,
                    help="which experiments to measure: tables (Tables 2-3 and the targets at the default "
-                        "setting), fig7, fig8, fig9, fig10 (all)")
+                        "setting), fig7, ps2long (PS²Stream alone at the default setting over the Figure 7 "
+                        "timestamps), fig8, fig9, fig10 (all)")
     q.add_argument("--o-init", type=int, default=None, help=f"|O_init| ({d.o_init:,})")
     q.add_argument("--subscriptions", type=int, default=None, help=f"|S| default ({d.subs:,})")
     q.add_argument("--workers", type=int, default=None, help=f"m default ({d.m})")
@@ -499,6 +576,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="Figure 9 values of |S| on the Twitter stand-in (default: --subs-values)")
     q.add_argument("--k-values", type=_ints, default=None, help=f"Figure 10 values of k_max ({_csv(d.k_values)})")
     q.add_argument("--seed", type=int, default=None, help=f"workload seed ({d.seed})")
+    for name in ("ps2_theta", "ps2_rho", "ps2_alpha", "ps2_beta", "ps2_new"):
+        par = PARAMETER_BY_NAME[name]
+        q.add_argument(par.flag, default=None, help=f"{par.help} ({getattr(d, name)})")
     q.add_argument("--spark", action=argparse.BooleanOptionalAction, default=None,
                    help="also run the Spark pipeline points (default: on, off with --quick)")
     q.add_argument("--spark-o-init", type=int, default=100_000, help="|O_init| of the Spark points (%(default)s)")
@@ -512,6 +592,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="run the Spark CLI of this source tree (e.g. a snapshot of a commit) instead of "
                         "the installed one")
     q.add_argument("--report-only", action="store_true", help="measure nothing; rewrite plots and report")
+    q.add_argument("--previous-report", default=None, metavar="COMMIT",
+                   help="the commit whose docs/paper-reproduction.md holds the sections this run did not "
+                        "measure (the report points there instead of repeating stale numbers)")
     q.add_argument("--no-report", action="store_true", help="measure only")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return q.parse_args(argv)
@@ -530,6 +613,10 @@ def config_from_args(args: argparse.Namespace) -> PaperConfig:
         "subs_values": args.subs_values, "k_values": args.k_values, "seed": args.seed,
         "t_table": args.t_table, "sweep_subs": args.sweep_subs,
     }
+    for name in ("ps2_theta", "ps2_rho", "ps2_alpha", "ps2_beta", "ps2_new"):
+        value = getattr(args, name)
+        if value is not None:
+            over[name] = _plain(PARAMETER_BY_NAME[name].check(value))
     for name, value in over.items():
         if value is not None:
             setattr(cfg, name, value)
@@ -576,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dkmsks.bench.paper_report import write_report
 
         write_report(cfg, store, docs, img, command=" ".join(["dkm", "bench", "paper", *argv]),
-                     spark_points=scfg.points() if spark_on else [])
+                     spark_points=scfg.points() if spark_on else [], previous=args.previous_report)
         print(f"wrote {docs} and plots in {img}")
     print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""The PNG plots of the paper report (Figures 7-10 and the Spark ``m`` sweep), from the store."""
+"""The PNG plots of the paper report (Figures 7-10, PS²Stream's workers and the Spark ``m`` sweep),
+from the store."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from dkmsks.bench.common import DATASET_NAMES
-from dkmsks.bench.paper_results import NAMES, SWEEPS, Results, label, short, summarize_spark
+from dkmsks.bench.paper_results import NAMES, SWEEPS, Results, label, per_worker, short, summarize_spark
 
 COLORS = {("kop", "live"): "tab:blue", ("sop", "live"): "tab:orange", ("dkm", "live"): "tab:green",
-          ("dkm", "paper"): "tab:olive", ("sop", "paper"): "tab:red"}
+          ("dkm", "paper"): "tab:olive", ("sop", "paper"): "tab:red", ("ps2", "live"): "tab:purple"}
 STYLES = {"live": "-", "paper": "--"}
 
 
@@ -63,6 +64,63 @@ def plot_series(res: Results, img: Path) -> dict[str, Path]:
         plt.close(fig)
         out[what] = path
     return out
+
+
+def plot_workers(res: Results, img: Path) -> Path | None:
+    """PS²Stream per worker, one column per data set, two rows per run (Tables 2-3, Figure 7):
+    the estimated count load ``L(w)`` and the measured work, each relative to the mean worker,
+    at the start and at the end; then where the run's new subscriptions went."""
+    cols = []
+    for ds in res.cfg.datasets:
+        views = []
+        for kind, p in res.settings(ds):
+            rec = res.run_record(kind, ds, "ps2", "live")
+            pw = per_worker(rec) if rec is not None else None
+            if pw is not None:
+                name = {"tables": "Tables 2–3 run", "fig7": "Figure 7 run"}.get(kind, "PS²Stream alone, default setting")
+                views.append((f"{DATASET_NAMES[ds]}, {name} (|S| = {p.subs:,}, {p.T} timestamps)", pw))
+        if views:
+            cols.append(views)
+    if not cols:
+        return None
+    plt = _plt()
+    n_rows = 2 * max(len(v) for v in cols)
+    fig, axes = plt.subplots(n_rows, len(cols), figsize=(7.0 * len(cols), 3.4 * n_rows), squeeze=False)
+    for col, views in enumerate(cols):
+        for i, (title, pw) in enumerate(views):
+            x = np.arange(pw["m"])
+            bars = ((pw["est0"], "estimated L(w), start", "tab:gray"),
+                    (pw["est1"], "estimated L(w), end", "lightgray"),
+                    (pw["work_first"], f"work, first {pw['w']} timestamps", "tab:purple"),
+                    (pw["work_last"], f"work, last {pw['w']} timestamps", "plum"))
+            ax = axes[2 * i][col]
+            width = 0.2
+            for j, (values, name, color) in enumerate(bars):
+                v = np.asarray(values, float)
+                ax.bar(x + (j - 1.5) * width, v / v.mean(), width, label=name, color=color)
+            top = max(float(np.max(np.asarray(v, float) / np.mean(v))) for v, *_ in bars)
+            ax.set_ylim(0, 1.35 * top)
+            ax.axhline(1.0, color="black", linewidth=0.6)
+            ax.set_xticks(x)
+            ax.set_xlabel("worker")
+            ax.set_ylabel("relative to the mean worker")
+            ax.set_title(title, fontsize=9)
+            ax.legend(fontsize=7, ncol=2, loc="upper center")
+            ax.grid(True, axis="y", alpha=0.3)
+            ax = axes[2 * i + 1][col]
+            ax.bar(x, pw["new"], color="tab:purple")
+            ax.axhline(pw["n_new"] / pw["m"], color="black", linewidth=0.6, label="fair share (1/m)")
+            ax.set_xticks(x)
+            ax.set_xlabel("worker")
+            ax.set_ylabel(f"new subscriptions, {pw['T']} timestamps")
+            ax.legend(fontsize=7)
+            ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("PS²Stream per worker: estimated count load L(w) vs measured work; where new subscriptions went")
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    path = img / "workers_ps2.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def plot_sweep(res: Results, fig: str, img: Path) -> Path:

@@ -17,8 +17,23 @@ from typing import Any
 
 from dkmsks.bench.common import DATASET_NAMES, describe_machine, load_average, machine, utc_now
 from dkmsks.bench.paper import FIGURES, PaperConfig, Store
-from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep
-from dkmsks.bench.paper_results import GROWS_ABOVE, NAMES, SWEEPS, TREND_WINDOW, Results, label, short, summarize_spark
+from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep, plot_workers
+from dkmsks.bench.paper_results import (
+    AVOIDED_BELOW,
+    GROWS_ABOVE,
+    HEAVY_ABOVE,
+    METHODS,
+    NAMES,
+    SINGLE_ABOVE,
+    SWEEPS,
+    TREND_WINDOW,
+    Results,
+    label,
+    per_worker,
+    ps2_observation,
+    short,
+    summarize_spark,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, ratio
 from dkmsks.core.workload import WorkloadSpec
@@ -26,11 +41,11 @@ from dkmsks.core.workload import WorkloadSpec
 prose = Prose.load("paper")
 
 #: The paper's Table 2 (load balance, ms) and Table 3 (decomposed time on Place, ms).
-PAPER_T2 = {"place": {"dkm": 32.08, "kop": 549.23, "sop": 14037.33},
-            "twitter": {"dkm": 51.03, "kop": 486.97, "sop": 12265.40}}
-PAPER_T3 = {"knn": {"dkm": 471.00, "kop": 7684.48, "sop": 18549.04},
-            "insert": {"dkm": 35.36, "kop": 1.59, "sop": 1110.65},
-            "delete": {"dkm": 1.10, "kop": 1.42, "sop": 0.79}}
+PAPER_T2 = {"place": {"dkm": 32.08, "ps2": 27490.11, "kop": 549.23, "sop": 14037.33},
+            "twitter": {"dkm": 51.03, "ps2": 21962.50, "kop": 486.97, "sop": 12265.40}}
+PAPER_T3 = {"knn": {"dkm": 471.00, "ps2": 32892.90, "kop": 7684.48, "sop": 18549.04},
+            "insert": {"dkm": 35.36, "ps2": 1.51, "kop": 1.59, "sop": 1110.65},
+            "delete": {"dkm": 1.10, "ps2": 1.54, "kop": 1.42, "sop": 0.79}}
 PAPER_T3["update"] = {me: sum(PAPER_T3[part][me] for part in ("knn", "insert", "delete")) for me in NAMES}
 #: The paper's range of |S| (Figure 9): its smallest value and its default, the largest.
 PAPER_SMALLEST_SUBS, PAPER_SUBS = 2_500_000, 10_000_000
@@ -69,25 +84,47 @@ def _status(ok: bool) -> str:
 
 # --------------------------------------------------------------------------- document
 def write_report(cfg: PaperConfig, store: Store, docs: Path, img: Path, *, command: str,
-                 spark_points: list[Any] | None = None) -> None:
+                 spark_points: list[Any] | None = None, previous: str | None = None) -> None:
+    """Plots and the report from the store. A section with no measured point is not
+    regenerated: its plot is not drawn and the report says so, naming ``previous``, the commit
+    whose report holds its last measurement."""
     img.mkdir(parents=True, exist_ok=True)
     docs.parent.mkdir(parents=True, exist_ok=True)
     res = Results(cfg, store, spark_points)
-    pngs = {f"fig7_{what}": path for what, path in plot_series(res, img).items()}
-    pngs.update({fig: plot_sweep(res, fig, img) for fig in SWEEPS})
+    pngs: dict[str, Path] = {}
+    if res.measured("fig7"):
+        pngs.update({f"fig7_{what}": path for what, path in plot_series(res, img).items()})
+    workers_png = plot_workers(res, img)
+    if workers_png is not None:
+        pngs["workers"] = workers_png
+    pngs.update({fig: plot_sweep(res, fig, img) for fig in SWEEPS if res.measured(fig)})
     spark_png = plot_spark(res, img)
     if spark_png is not None:
         pngs["spark"] = spark_png
-    docs.write_text(render(res, {k: rel(v, docs) for k, v in pngs.items()}, command))
+    docs.write_text(render(res, {k: rel(v, docs) for k, v in pngs.items()}, command, previous))
 
 
-def render(res: Results, pngs: dict[str, str], command: str) -> str:
-    """The report; ``pngs`` maps a plot (``fig7_time``, ``fig8``, ``spark``...) to its link."""
+def render(res: Results, pngs: dict[str, str], command: str, previous: str | None = None) -> str:
+    """The report; ``pngs`` maps a plot (``fig7_time``, ``fig8``, ``spark``...) to its link;
+    a sweep without a plot, and the Spark points when none was measured, are reported as not
+    regenerated in this run (with ``previous``, the commit whose report holds them)."""
     parts = [_title(res, command), _machine(res), _parameters(res), _headline(res), _table2(res),
-             _table3(res), _fig7(res, pngs)]
-    parts += [_sweep(res, fig, pngs[fig]) for fig in SWEEPS]
-    parts += [_spark(res, pngs.get("spark")), _differences(res), _missing(res)]
+             _table3(res), _fig7(res, pngs) if "fig7_time" in pngs else _not_regenerated("fig7", previous),
+             _workers(res, pngs.get("workers")), _ps2(res)]
+    parts += [_sweep(res, fig, pngs[fig]) if fig in pngs else _not_regenerated(fig, previous) for fig in SWEEPS]
+    parts += [_spark(res, pngs.get("spark")) if res.spark() else _not_regenerated("spark", previous),
+              _differences(res), _missing(res)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
+
+
+#: The section titles a not-regenerated section keeps.
+_SECTION_TITLES = {"fig7": "Figure 7: update time as a function of time", **SWEEPS,
+                   "spark": "Spark pipeline (workers = Spark tasks)"}
+
+
+def _not_regenerated(section: str, previous: str | None) -> str:
+    where = prose("not_regenerated.previous", commit=previous[:10]) if previous else ""
+    return prose("not_regenerated", title=_SECTION_TITLES[section], previous=where and " " + where)
 
 
 def _commits(recs: list[dict[str, Any]]) -> str:
@@ -109,13 +146,15 @@ def _machines(recs: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _load(recs: list[dict[str, Any]]) -> tuple[float, float, float]:
-    loads = [x for r in recs for x in r.get("load_avg", []) if isinstance(x, (int, float))]
+    loads = [x for r in recs for x in [*r.get("load_avg", []), *r.get("load_ts", [])] if isinstance(x, (int, float))]
     return (min(loads), median(loads), max(loads)) if loads else (float("nan"),) * 3
 
 
 def _title(res: Results, command: str) -> str:
     recs = list(res.store.records.values())
-    return prose("title", command=command, date=utc_now(), records=len(recs), commits=_commits(recs))
+    dates = sorted(r["date"] for r in recs if r.get("date"))
+    return prose("title", command=command, date=utc_now(), records=len(recs), commits=_commits(recs),
+                 first=dates[0] if dates else "–", last=dates[-1] if dates else "–")
 
 
 def _machine(res: Results) -> str:
@@ -153,8 +192,13 @@ def _parameters(res: Results) -> str:
         p = cfg.series_point(ds, "dkm", "live")
         lines.append(_row("Figure 7", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m, p.k_max,
                           cfg.t_series, "–"))
+    if res.measured("ps2long"):
+        for ds in cfg.datasets:
+            p = cfg.ps2_long_point(ds)
+            lines.append(_row(prose("parameters.ps2long"), DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
+                              p.k_max, p.T, "–"))
     for ds in cfg.datasets:
-        for fig in SWEEPS:
+        for fig in (f for f in SWEEPS if res.measured(f)):
             name, values = cfg.sweep_values(fig, ds)
             b = cfg.base(ds, series=False)
             lines.append(_row(
@@ -162,7 +206,8 @@ def _parameters(res: Results) -> str:
                 "varied" if name == "subs" else f"{b.subs:,}", "varied" if name == "m" else b.m,
                 "varied" if name == "k_max" else b.k_max, cfg.t_sweep,
                 f"{name} ∈ {{{', '.join(f'{v:,}' for v in values)}}}"))
-    lines += ["", prose("variants", runs=cfg.runs, t_sweep=cfg.t_sweep)]
+    lines += ["", prose("variants", runs=cfg.runs, t_sweep=cfg.t_sweep, ps2_theta=cfg.ps2_theta, ps2_rho=cfg.ps2_rho,
+                        ps2_alpha=cfg.ps2_alpha, ps2_beta=cfg.ps2_beta, ps2_new=cfg.ps2_new)]
     return "\n".join(lines)
 
 
@@ -185,7 +230,7 @@ def _headline(res: Results) -> str:
                  f0(s["min_work"]), f1(ratio(s["work"], s["min_work"])), f2(s["imbalance"]))
             for (me, nc), s in summ.items()))
         d = summ.get(("dkm", "live"))
-        others = [(me, summ[(me, "live")]) for me in ("kop", "sop") if (me, "live") in summ]
+        others = [(me, summ[(me, "live")]) for me in METHODS if me != "dkm" and (me, "live") in summ]
         if d and others:
             out.append(prose("headline.relative", comparisons="; ".join(
                 prose("headline.relative_to", method=NAMES[me], work=f"{ratio(d['work'], o['work']):.2e}",
@@ -232,63 +277,73 @@ def _targets(res: Results) -> str:
 
 def _table2(res: Results) -> str:
     subs = sorted({res.cfg.table_point(ds, "dkm", "live").subs for ds in res.cfg.datasets})
+    others = [me for me in METHODS if me != "dkm"]
     lines = [prose("table2", cores=_machines(res.engine())[0]["nproc"], subs=" / ".join(f"{v:,}" for v in subs)),
-             "", "| data set | source | DkM-SKS | KOP | SOP | KOP / DkM-SKS | SOP / DkM-SKS |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "", _row("data set", "source", *(NAMES[me] for me in METHODS),
+                      *(f"{NAMES[me]} / DkM-SKS" for me in others)), "|---|---|" + "---:|" * (2 * len(METHODS) - 1)]
     for ds in res.cfg.datasets:
         summ = res.default_setting(ds)
         name, pp = DATASET_NAMES[ds], PAPER_T2[ds]
-        lines.append(_row(name, "paper", f"{pp['dkm']:,.2f}", f"{pp['kop']:,.2f}", f"{pp['sop']:,.2f}",
-                          f"{pp['kop'] / pp['dkm']:.1f}", f"{pp['sop'] / pp['dkm']:.1f}"))
-        d, k, s = (summ.get((me, "live")) for me in ("dkm", "kop", "sop"))
-        dp, sp = summ.get(("dkm", "paper")), summ.get(("sop", "paper"))
-        if d and k and s:
-            lines.append(_row(name, "ours", f1(d["balance"]), f1(k["balance"]), f1(s["balance"]),
-                              f"{ratio(k['balance'], d['balance']):.1f}", f"{ratio(s['balance'], d['balance']):.1f}"))
-        if dp and k and sp:
-            lines.append(_row(name, "ours, paper est.", f1(dp["balance"]), f1(k["balance"]), f1(sp["balance"]),
-                              f"{ratio(k['balance'], dp['balance']):.1f}",
-                              f"{ratio(sp['balance'], dp['balance']):.1f}"))
-        if d and k and s:
-            spread = {me: x["work_max"] - x["work_min"] for me, x in (("dkm", d), ("kop", k), ("sop", s))}
-            lines.append(_row(name, "ours, busiest − idlest worker's work (pairs)", f0(spread["dkm"]),
-                              f0(spread["kop"]), f0(spread["sop"]), f"{ratio(spread['kop'], spread['dkm']):.1f}",
-                              f"{ratio(spread['sop'], spread['dkm']):.1f}"))
+        lines.append(_row(name, prose("source.paper"), *(f"{pp[me]:,.2f}" for me in METHODS),
+                          *(f"{pp[me] / pp['dkm']:.1f}" for me in others)))
+        live = {me: summ.get((me, "live")) for me in METHODS}
+        # The paper-estimate row: DkM-SKS and SOP with the paper's estimate; KOP and PS²Stream
+        # have one variant each.
+        paper = {me: summ.get((me, "paper")) if me in ("dkm", "sop") else live[me] for me in METHODS}
+        for source, row in ((prose("source.ours"), live), (prose("source.ours_paper_est"), paper)):
+            base = row["dkm"]
+            if base is None or all(row[me] is None for me in others):
+                continue
+            cells = {me: x["balance"] for me, x in row.items() if x is not None}
+            lines.append(_row(name, source, *(f1(cells.get(me)) for me in METHODS),
+                              *(f"{ratio(cells[me], base['balance']):.1f}" if me in cells else "–" for me in others)))
+        if live["dkm"] is not None:
+            spread = {me: x["work_max"] - x["work_min"] for me, x in live.items() if x}
+            lines.append(_row(name, prose("source.work_spread"), *(f0(spread.get(me)) for me in METHODS),
+                              *(f"{ratio(spread[me], spread['dkm']):.1f}" if me in spread else "–" for me in others)))
     return "\n".join(lines)
 
 
 _T3_PARTS = (("knn", "kNN update"), ("insert", "subscription ins."), ("delete", "subscription del."),
              ("refresh", "cost refresh (ours)"), ("update", "**update time**"))
+#: Table 3's variants of ours: every method with our estimate, then the paper-estimate ones.
+_T3_OURS = (*((me, "live") for me in METHODS), ("dkm", "paper"), ("sop", "paper"))
 
 
 def _table3(res: Results) -> str:
     out = [prose("table3")]
     for ds in res.cfg.datasets:
         summ = res.default_setting(ds)
-        d, k, s = (summ.get((me, "live")) for me in ("dkm", "kop", "sop"))
-        if not (d and k and s):
+        d = summ.get(("dkm", "live"))
+        if d is None:
             continue
-        dp, sp = summ.get(("dkm", "paper")), summ.get(("sop", "paper"))
         with_paper = ds == "place"  # the paper's Table 3 is on Place
-        head = (["part"] + (["paper DkM-SKS", "paper KOP", "paper SOP"] if with_paper else [])
-                + ["DkM-SKS", "KOP", "SOP", "DkM-SKS (paper est.)", "SOP (paper est.)"]
-                + (["KOP / DkM-SKS (paper)", "KOP / DkM-SKS (ours)", "SOP / DkM-SKS (paper)", "SOP / DkM-SKS (ours)"]
-                   if with_paper else ["KOP / DkM-SKS", "SOP / DkM-SKS"]))
+        ours = [v for v in _T3_OURS if v in summ]
+        head = (["part"] + ([prose("source.paper_method", method=NAMES[me]) for me in METHODS] if with_paper else [])
+                + [label(*v) for v in ours])
         lines = [_row(*head), "|---|" + "---:|" * (len(head) - 1)]
         for key, part in _T3_PARTS:
             pp = PAPER_T3.get(key)
             cells: list[str] = [part]
             if with_paper:
-                cells += [f"{pp[me]:,.2f}" for me in ("dkm", "kop", "sop")] if pp else ["–"] * 3
-            cells += [f1(d[key]), f1(k[key]), f1(s[key]), f1(dp[key]) if dp else "–", f1(sp[key]) if sp else "–"]
-            ours = [f2(ratio(k[key], d[key])), f2(ratio(s[key], d[key]))]
-            if with_paper:
-                paper = [f2(pp["kop"] / pp["dkm"]), f2(pp["sop"] / pp["dkm"])] if pp else ["–", "–"]
-                cells += [paper[0], ours[0], paper[1], ours[1]]
-            else:
-                cells += ours
+                cells += [f"{pp[me]:,.2f}" for me in METHODS] if pp else ["–"] * len(METHODS)
+            cells += [f1(summ[v][key]) for v in ours]
             lines.append(_row(*cells))
-        out += [f"**{DATASET_NAMES[ds]}**", "\n".join(lines)]
+        # Ratios to DkM-SKS, ours beside the paper's.
+        others = [me for me in METHODS if me != "dkm" and (me, "live") in summ]
+        rhead = ["part"] + [prose("source.ratio", method=NAMES[me], source=src) for me in others
+                            for src in ((prose("source.paper"), prose("source.ours")) if with_paper
+                                        else (prose("source.ours"),))]
+        rlines = [_row(*rhead), "|---|" + "---:|" * (len(rhead) - 1)]
+        for key, part in _T3_PARTS:
+            pp = PAPER_T3.get(key)
+            cells = [part]
+            for me in others:
+                if with_paper:
+                    cells.append(f2(pp[me] / pp["dkm"]) if pp else "–")
+                cells.append(f2(ratio(summ[(me, "live")][key], d[key])))
+            rlines.append(_row(*cells))
+        out += [f"**{DATASET_NAMES[ds]}**", "\n".join(lines), prose("table3.ratios"), "\n".join(rlines)]
     return "\n\n".join(out)
 
 
@@ -304,6 +359,124 @@ def _fig7(res: Results, pngs: dict[str, str]) -> str:
                 lines.append(_row(DATASET_NAMES[ds], label(me, nc), f"×{g['update']:.2f}", f"×{g['knn']:.2f}",
                                   f"×{g['insert']:.2f}", f"×{g['work_max']:.2f}", f"{g['imb0']:.2f} → {g['imb1']:.2f}"))
     return "\n".join(lines)
+
+
+def _settings(res: Results, ds: str) -> list[tuple[str, Any]]:
+    """The runs whose workers the report examines on ``ds`` (:meth:`Results.settings`), as
+    (label, record getter)."""
+    return [(prose("setting.tables" if kind == "tables" else "setting.fig7" if kind == "fig7" else "setting.ps2long",
+                   subs=f"{p.subs:,}", T=p.T),
+             lambda me, nc, kind=kind: res.run_record(kind, ds, me, nc)) for kind, p in res.settings(ds)]
+
+
+def ps2_workers(res: Results) -> list[tuple[str, str, dict[str, Any]]]:
+    """PS²Stream's per-worker view per data set and setting: (data set, setting label, view)."""
+    out = []
+    for ds in res.cfg.datasets:
+        for name, get in _settings(res, ds):
+            rec = get("ps2", "live")
+            pw = per_worker(rec) if rec is not None else None
+            if pw is not None:
+                out.append((ds, name, pw))
+    return out
+
+
+def _workers(res: Results, png: str | None) -> str:
+    """Estimated load (the main server's) beside the measured work, per worker, every variant."""
+    rows = []
+    for ds in res.cfg.datasets:
+        for setting, get in _settings(res, ds):
+            for me, nc in res.cfg.variants_series:
+                rec = get(me, nc)
+                pw = per_worker(rec) if rec is not None else None
+                if pw is None:
+                    continue
+                rows.append(_row(DATASET_NAMES[ds], setting, label(me, nc), f2(pw["est0_spread"]),
+                                 f2(pw["est1_spread"]), f"{f2(pw['work_first_spread'])} ({pw['w']})",
+                                 f"{f2(pw['work_last_spread'])} ({pw['w']})", f2(pw["time_first_spread"]),
+                                 f2(pw["time_last_spread"]), f2(pw["corr_first"]), f2(pw["corr_last"]),
+                                 f2(pw["new_spread"])))
+    if not rows:
+        return ""
+    head = prose("workers", window=TREND_WINDOW,
+                 png=f"\n\n![{prose('workers.png_title')}]({png})" if png else "")
+    table = ["| data set | setting | variant | estimated max/mean, start | estimated max/mean, end | "
+             "work max/mean, first (timestamps) | work max/mean, last (timestamps) | kNN time max/mean, first | "
+             "kNN time max/mean, last | corr(estimate, work), start | corr(estimate, work), end | "
+             "new subscriptions max/mean |", "|---|---|---|" + "---:|" * 9, *rows]
+    return head + "\n\n" + "\n".join(table)
+
+
+def _ps2(res: Results) -> str:
+    """The paper's PS²Stream observation, tested on the measured runs (thresholds in
+    :mod:`~dkmsks.bench.paper_results`)."""
+    verdicts: dict[tuple[str, str], bool] = {}
+    seen: dict[str, list[str]] = {"heavy": [], "avoided": []}
+    out = [prose("ps2", heavy=f"{HEAVY_ABOVE:g}", single=f"{SINGLE_ABOVE:g}", avoided=f"{AVOIDED_BELOW:g}",
+                 paper_place=f"{PAPER_T2['place']['ps2']:,.2f}", paper_twitter=f"{PAPER_T2['twitter']['ps2']:,.2f}")]
+    for ds, setting, pw in ps2_workers(res):
+        obs = ps2_observation(pw)
+        verdicts[(ds, setting)] = obs["reproduced"]
+        run = f"{DATASET_NAMES[ds]}, {setting}"
+        for part in ("heavy", "avoided"):
+            if obs[part]:
+                seen[part].append(run)
+        m, heavy = pw["m"], pw["heavy"]
+        values = dict(
+            dataset=DATASET_NAMES[ds], setting=setting, w=pw["w"], m=m, est0=f2(pw["est0_spread"]),
+            est1=f2(pw["est1_spread"]), work_first=f2(pw["work_first_spread"]), work_last=f2(pw["work_last_spread"]),
+            corr_first=f2(pw["corr_first"]), corr_last=f2(pw["corr_last"]), worker=heavy,
+            heavy_vs_second=f2(pw["heavy_vs_second"]), rank=pw["heavy_est_rank"],
+            heavy_est=f2(pw["est0"][heavy] / pw["est0"].mean()), n_new=f"{pw['n_new']:,}",
+            new_heavy=f"{int(pw['new'][heavy]):,}", share=f"{pw['heavy_new_share']:.1%}", fair=f"{1 / m:.1%}",
+            new_max=f"{int(pw['new'].max()):,}", new_min=f"{int(pw['new'].min()):,}", new_spread=f2(pw["new_spread"]),
+            heavy_last=f2(pw["heavy_last_spread"]), busiest_last=pw["heavy_last"],
+            busiest_last_spread=f2(pw["work_last_spread"]), busiest_last_new=f"{int(pw['new'][pw['heavy_last']]):,}",
+            subs0=f"{int(pw['subs0'][heavy]):,}", subs1=f"{int(pw['subs1'][heavy]):,}",
+            subs_mean0=f"{pw['subs0'].mean():,.0f}", subs_mean1=f"{pw['subs1'].mean():,.0f}")
+        parts = [prose("ps2.dataset", **values), prose("ps2.counts_vs_work", **values)]
+        if obs["single"]:
+            parts.append(prose("ps2.start.one_heavy", **values))
+        elif obs["heavy"]:
+            parts.append(prose("ps2.start.heavy_not_alone", **values))
+        else:
+            parts.append(prose("ps2.start.no_heavy", **values))
+        if obs["heavy"]:
+            parts.append(prose("ps2.new.avoided" if obs["avoided"] else "ps2.new.not_avoided", **values))
+            parts.append(prose("ps2.end.kept" if obs["kept"] else "ps2.end.evened", **values))
+        else:
+            parts.append(prose("ps2.new.busiest_avoided" if obs["avoided"] else "ps2.new.where", **values))
+        parts.append(prose("ps2.verdict.reproduced" if obs["reproduced"] else "ps2.verdict.not_reproduced"))
+        out.append(" ".join(parts))
+    if not verdicts:
+        return ""
+    for ds in res.cfg.datasets:
+        summ = res.default_setting(ds)
+        q, k = summ.get(("ps2", "live")), summ.get(("kop", "live"))
+        if q and k:
+            live = {me: summ[(me, "live")]["imbalance"] for me in METHODS if (me, "live") in summ}
+            spread = prose("ps2.spread_rank", dataset=DATASET_NAMES[ds], spread=f2(q["imbalance"]),
+                           rank=1 + sum(v > q["imbalance"] for v in live.values()), n=len(live),
+                           others=", ".join(f"{NAMES[me]} {f2(v)}" for me, v in live.items() if me != "ps2"))
+            same = math.isclose(q["work"], k["work"], rel_tol=1e-9)
+            work = prose("ps2.work.same_as_kop" if same else "ps2.work.vs_kop", work=f0(q["work"]),
+                         kop=f0(k["work"]), ratio=f2(ratio(q["work"], k["work"])))
+            out.append(spread + " " + prose("ps2.insertion", ps2=f1(q["insert"]), kop=f1(k["insert"]), work=work,
+                                            paper_ps2=f"{PAPER_T3['insert']['ps2']:.2f}",
+                                            paper_kop=f"{PAPER_T3['insert']['kop']:.2f}"))
+    names = [f"{DATASET_NAMES[ds]}, {setting}" for ds, setting in verdicts]
+    yes = [f"{DATASET_NAMES[ds]}, {setting}" for (ds, setting), v in verdicts.items() if v]
+    if len(yes) == len(names):
+        out.append(prose("ps2.summary.all", runs="; ".join(names)))
+    elif yes:
+        out.append(prose("ps2.summary.some", yes="; ".join(yes), no="; ".join(n for n in names if n not in yes)))
+    elif seen["heavy"] or seen["avoided"]:
+        out.append(prose("ps2.summary.parts", runs="; ".join(names), heavy_x=f"{HEAVY_ABOVE:g}×",
+                         heavy="; ".join(seen["heavy"]) or prose("ps2.summary.no_run"),
+                         avoided="; ".join(seen["avoided"]) or prose("ps2.summary.no_run")))
+    else:
+        out.append(prose("ps2.summary.none", runs="; ".join(names)))
+    return "\n\n".join(out)
 
 
 def _sweep(res: Results, fig: str, png: str) -> str:
@@ -357,6 +530,8 @@ def _differences(res: Results) -> str:
     summ = res.default_setting("place") if place else {}
     subs = sorted({cfg.table_point(ds, "dkm", "live").subs for ds in cfg.datasets})
     bullets = [prose("differ", subs=" / ".join(f"{v:,}" for v in subs), cores=_machines(res.engine())[0]["nproc"])]
+    if any(res.default_setting(ds).get(("ps2", "live")) for ds in cfg.datasets):
+        bullets.append(prose("differ.ps2"))
     d, dp, k = summ.get(("dkm", "live")), summ.get(("dkm", "paper")), summ.get(("kop", "live"))
     if d and dp:
         bullets.append(_new_cost(d, dp))
@@ -367,7 +542,8 @@ def _differences(res: Results) -> str:
             bullets.append(_sop_over_time(res, g[("sop", "live")], g[("sop", "paper")]))
         if g[("dkm", "live")]:
             bullets.append(_dkm_over_time(g[("dkm", "live")], g[("kop", "live")]))
-        bullets.append(_small_subs(res))
+        if res.measured("fig9"):
+            bullets.append(_small_subs(res))
     if d:
         bullets.append(prose("differ.balance_absolute", dkm_worker_work=f0(d["work_mean"])))
     if d and k:
@@ -379,8 +555,17 @@ def _differences(res: Results) -> str:
                                dkm_worker_work=f0(d["work_mean"])))
         bullets.append(" ".join(parts))
     t_table = cfg.table_point(cfg.datasets[0], "dkm", "live").T if cfg.datasets else cfg.t_series
-    repeats = prose("differ.repeats" if cfg.runs > 1 else "differ.once", runs=cfg.runs, t_series=cfg.t_series,
-                    t_table=t_table, t_sweep=cfg.t_sweep)
+    # How many runs the report's points actually merged (a run may have stopped early).
+    merged = {"Tables 2–3": [s["runs"] for ds in cfg.datasets for s in res.default_setting(ds).values()],
+              "Figure 7": [r["runs"] for ds in cfg.datasets for v in cfg.variants_series
+                           if (r := res.series(ds, *v)) is not None],
+              "PS²Stream over time": [r["runs"] for ds in cfg.datasets if res.measured("ps2long")
+                                      and (r := res.record(cfg.ps2_long_point(ds))) is not None]}
+    counts = "; ".join(f"{name}: {min(n)}" + (f"–{max(n)}" if max(n) > min(n) else "")
+                       for name, n in merged.items() if n)
+    once = all(x == 1 for n in merged.values() for x in n)
+    repeats = prose("differ.once" if once else "differ.repeats", runs=cfg.runs, counts=counts,
+                    t_series=cfg.t_series, t_table=t_table, t_sweep=cfg.t_sweep)
     if res.spark():
         repeats += " " + prose("differ.spark_once")
     bullets.append(repeats)
@@ -476,8 +661,10 @@ def _missing(res: Results) -> str:
     ten_m = _ten_m_not_planned(res)
     if ten_m:
         lines.append(ten_m)
-    full = replace(cfg, figures=FIGURES)
-    missing = [p for p in [*full.plan(), *res.spark_planned] if p.key() not in res.store.records]
+    # A section none of whose points was measured is reported as not regenerated, not point by point.
+    full = replace(cfg, figures=tuple(f for f in FIGURES if res.measured(f)))
+    spark = res.spark_planned if res.spark() else []
+    missing = [p for p in [*full.plan(), *spark] if p.key() not in res.store.records]
     if missing:
         lines.append(prose("missing.planned", n=len(missing), points="; ".join(describe(asdict(p)) for p in missing)))
     body = "\n".join(dict.fromkeys(lines)) if lines else prose("missing.none")

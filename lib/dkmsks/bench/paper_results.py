@@ -16,13 +16,23 @@ import numpy as np
 from dkmsks.bench.paper import PaperConfig, Point, Store
 from dkmsks.bench.stats import ratio
 
-NAMES = {"kop": "KOP", "sop": "SOP", "dkm": "DkM-SKS"}
+NAMES = {"kop": "KOP", "sop": "SOP", "dkm": "DkM-SKS", "ps2": "PS²Stream"}
+#: The methods in the order the report's tables show them.
+METHODS = ("dkm", "ps2", "kop", "sop")
 #: The sweeps, in the order the report shows them, and their titles.
 SWEEPS = {"fig8": "Figure 8: impact of m", "fig10": "Figure 10: impact of k_max", "fig9": "Figure 9: impact of |S|"}
 #: A Figure 7 trend (last window / first window) above this counts as growing.
 GROWS_ABOVE = 1.05
 #: Timestamps at each end of a Figure 7 run that a trend compares (fewer on a short run).
 TREND_WINDOW = 10
+#: The paper's PS²Stream observation, made testable: a worker is *heavily loaded* when its work
+#: over a window is at least ``HEAVY_ABOVE`` times the mean worker's, and it is *the one* heavy
+#: worker when it also does at least ``SINGLE_ABOVE`` times the work of the second busiest. New
+#: subscriptions *go to the others* when that worker receives at most ``AVOIDED_BELOW`` of its
+#: fair share (1/m) of them over the run.
+HEAVY_ABOVE = 2.0
+SINGLE_ABOVE = 1.5
+AVOIDED_BELOW = 0.5
 
 
 def label(method: str, new_cost: str) -> str:
@@ -92,7 +102,25 @@ def merge_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             ts[key] = list(values[:n])
     load = [x for r in recs for x in (r.get("load_avg") or [])]
-    return dict(recs[0], ts=ts, runs=len(recs), load_avg=load or recs[0].get("load_avg"))
+    out = dict(recs[0], ts=ts, runs=len(recs), load_avg=load or recs[0].get("load_avg"))
+    if all((r.get("workers") or {}).get("time") for r in recs):
+        # per-worker kNN times: medians over the runs too (the other per-worker columns are
+        # counters or the server's deterministic estimates)
+        times = np.median(np.asarray([r["workers"]["time"][:n] for r in recs], float), axis=0)
+        out["workers"] = dict(recs[0]["workers"], time=times.tolist())
+    return out
+
+
+def cut_record(rec: dict[str, Any], T: int) -> dict[str, Any]:
+    """``rec`` as if it had stopped after its first ``T`` timestamps (per-timestamp columns cut,
+    the per-worker ones too)."""
+    out = dict(rec, ts={key: values[:T] for key, values in rec["ts"].items()})
+    if rec.get("workers"):
+        out["workers"] = {key: values[:T] if key in ("est", "work", "time", "subs", "new") else values
+                          for key, values in rec["workers"].items()}
+    if rec.get("load_ts"):
+        out["load_ts"] = rec["load_ts"][:T]
+    return out
 
 
 def growth(rec: dict[str, Any]) -> dict[str, Any] | None:
@@ -143,11 +171,36 @@ class Results:
             return rec, ""
         twin = self.store.get(replace(p, T=self.cfg.t_series))
         if twin is not None and twin.get("status") == "ok" and len(twin["ts"]["t"]) >= p.T:
-            cut = {key: values[:p.T] for key, values in twin["ts"].items()}
-            return dict(twin, ts=cut), ""
+            return cut_record(twin, p.T), ""
         if rec is not None:
             return None, rec.get("error", "failed")
         return None, "not measured"
+
+    def record(self, p: Point) -> dict[str, Any] | None:
+        """The record of ``p`` with its runs merged (each its own record, or the same run of
+        the Figure 7 twin cut to ``p.T``), or ``None`` when not measured."""
+        recs = [rec for r in range(max(self.cfg.runs, 1)) if (rec := self._one_run(replace(p, run=r))[0]) is not None]
+        return merge_runs(recs) if recs else None
+
+    def settings(self, dataset: str) -> list[tuple[str, Point]]:
+        """The runs whose workers the report examines: the default setting of Tables 2-3, the
+        Figure 7 run (only the latter when they are the same stream) and PS²Stream's long run at
+        the default setting when measured, as (kind, a point of the setting)."""
+        t, f = self.cfg.table_point(dataset, "dkm", "live"), self.cfg.series_point(dataset, "dkm", "live")
+        out = ([("tables", t)] if t != f else []) + [("fig7", f)]
+        long = self.cfg.ps2_long_point(dataset)
+        if long not in (self.cfg.table_point(dataset, "ps2", "live"), self.cfg.series_point(dataset, "ps2", "live")) \
+                and self.record(long) is not None:
+            out.append(("ps2long", replace(long, method="dkm")))
+        return out
+
+    def run_record(self, kind: str, dataset: str, method: str, new_cost: str) -> dict[str, Any] | None:
+        """The merged record of a variant in the run of ``kind`` (``tables`` or ``fig7``)."""
+        if kind == "fig7":
+            return self.series(dataset, method, new_cost)
+        if kind == "ps2long":
+            return self.record(self.cfg.ps2_long_point(dataset)) if method == "ps2" else None
+        return self.record(self.cfg.table_point(dataset, method, new_cost))
 
     def point(self, p: Point) -> tuple[dict[str, float] | None, str]:
         """Summary of ``p`` over its runs (each its own record, or the same run of the Figure 7
@@ -180,8 +233,94 @@ class Results:
                  for me, nc in self.cfg.variants_sweep}
         return name, list(values), table
 
+    def measured(self, fig: str) -> bool:
+        """Whether the store holds any point of experiment ``fig`` (``tables``, ``fig7``, a
+        sweep) on the configured data sets: a report section with none is not regenerated."""
+        cfg = self.cfg
+        for ds in cfg.datasets:
+            if fig == "ps2long":
+                pts = [cfg.ps2_long_point(ds)]
+            elif fig in ("tables", "fig7"):
+                pts = [cfg.table_point(ds, me, nc) if fig == "tables" else cfg.series_point(ds, me, nc)
+                       for me, nc in cfg.variants_series]
+            else:
+                _, values = cfg.sweep_values(fig, ds)
+                # only the sweep's own points: not those that are the Figure 7 run cut short,
+                # nor those that are the Tables 2-3 point
+                pts = [q for v in values for me, nc in cfg.variants_sweep
+                       if not cfg.covered_by_series(q := cfg.sweep_point(fig, ds, v, me, nc))
+                       and q != cfg.table_point(ds, me, nc)]
+            if any(self.store.get(replace(q, run=r)) is not None for q in pts for r in range(max(cfg.runs, 1))):
+                return True
+        return False
+
     def spark(self) -> list[dict[str, Any]]:
         return [r for r in self.store.records.values() if r["point"].get("kind") == "spark"]
 
     def engine(self) -> list[dict[str, Any]]:
         return [r for r in self.store.records.values() if r["point"].get("kind") != "spark"]
+
+
+def _spread(values: Any) -> float:
+    """max / mean of per-worker values (1.0 when the mean is 0)."""
+    v = np.asarray(values, float)
+    mean = float(v.mean()) if v.size else 0.0
+    return float(v.max()) / mean if mean > 0 else 1.0
+
+
+def _pearson(a: Any, b: Any) -> float:
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if x.size < 2 or x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def per_worker(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """Estimated load against measured work per worker over one run (``None`` for a record
+    without per-worker columns).
+
+    The estimate is the main server's ``C(w)·|O_init|`` (PS²Stream: the count load ``L(w)``) at
+    the start and after the last timestamp; the work is summed over the first and the last
+    ``TREND_WINDOW`` timestamps (a single timestamp's counts are lumpy). ``heavy`` is the busiest
+    worker of the first window: how it compares with the others, its rank by estimated load
+    (1 = the highest), its share of the run's new subscriptions, and whether it is still the
+    busiest at the end.
+    """
+    pw = rec.get("workers")
+    if not pw or not pw.get("work"):
+        return None
+    work = np.asarray(pw["work"], float)
+    T, m = work.shape
+    w = max(1, min(TREND_WINDOW, T // 2))
+    first, last = work[:w].sum(axis=0), work[-w:].sum(axis=0)
+    est0, est1 = np.asarray(pw["est0"], float), np.asarray(pw["est"][-1], float)
+    new = np.asarray(pw["new"], float).sum(axis=0)
+    times = np.asarray(pw.get("time") or np.full(work.shape, np.nan), float)
+    heavy = int(np.argmax(first))
+    ordered = np.sort(first)[::-1]
+    n_new = float(new.sum())
+    return {
+        "w": w, "m": m, "T": T, "est0": est0, "est1": est1, "work_first": first, "work_last": last,
+        "new": new, "subs0": np.asarray(pw["subs0"], float), "subs1": np.asarray(pw["subs"][-1], float),
+        "est0_spread": _spread(est0), "est1_spread": _spread(est1),
+        "work_first_spread": _spread(first), "work_last_spread": _spread(last),
+        "time_first_spread": _spread(times[:w].sum(axis=0)), "time_last_spread": _spread(times[-w:].sum(axis=0)),
+        "new_spread": _spread(new) if n_new else float("nan"),
+        "corr_first": _pearson(est0, first), "corr_last": _pearson(est1, last),
+        "heavy": heavy, "heavy_vs_second": ratio(ordered[0], ordered[1]) if m > 1 else float("nan"),
+        "heavy_est_rank": int(1 + np.sum(est0 > est0[heavy])),
+        "heavy_new_share": float(new[heavy] / n_new) if n_new else float("nan"),
+        "heavy_last": int(np.argmax(last)), "heavy_last_spread": float(last[heavy] / last.mean()) if last.mean() else 1.0,
+        "n_new": int(n_new),
+    }
+
+
+def ps2_observation(pw: dict[str, Any]) -> dict[str, bool]:
+    """The parts of the paper's PS²Stream observation, decided on the thresholds above."""
+    heavy = pw["work_first_spread"] >= HEAVY_ABOVE
+    single = heavy and pw["heavy_vs_second"] >= SINGLE_ABOVE
+    avoided = pw["heavy_new_share"] <= AVOIDED_BELOW / pw["m"]
+    kept = pw["heavy_last_spread"] >= HEAVY_ABOVE
+    return {"heavy": heavy, "single": single, "avoided": avoided, "kept": kept,
+            "reproduced": single and avoided and kept}
+
