@@ -43,7 +43,8 @@ def _wait_processed(warehouse: Path, t: int, timeout: float = 300) -> None:
     """Until the follow process reports timestamp ``t`` committed (its status file)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (_status(warehouse).get("last_t") or -1) >= t:
+        last = _status(warehouse).get("last_t")
+        if last is not None and last >= t:
             return
         time.sleep(0.5)
     log = (warehouse / "run" / "follow-default.log").read_text()[-3000:]

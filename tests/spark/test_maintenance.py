@@ -88,7 +88,7 @@ def test_maintenance_compacts_vacuums_and_keeps_every_promised_as_of_exact(spark
     for t in range(T + 1):
         _assert_exact(fresh_db, t, oracle[t])
     metrics = lake.read(tables.RUN_METRICS, columns=["phase"], predicate=where(job__eq="maintain", run_id__eq="m_1h"))
-    assert {f"optimize {name}" for name in small} <= set(metrics.column("phase").to_pylist())
+    assert {f"{name}: optimize" for name in small} <= set(metrics.column("phase").to_pylist())
     recorded = json.loads(lake.table(tables.RUN_METRICS).history(1)[0]["userMetadata"])
     assert recorded["retention_hours"] == 1 and len(recorded["tables"]) == len(tables.ALL_TABLES)
 

@@ -25,12 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dkmsks.bench.common import load_average, provenance, say, write_doc_section
+from dkmsks.spark.sql_files import statement
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
 
 prose = Prose.load("catalog")
 
-QUERY = "SELECT count(*) AS n FROM knn_results"
+QUERY_FILE = "bench/catalog_count_results.sql"
 
 
 def _one_run(mode: str, warehouse: str, metastore: str) -> dict[str, float]:
@@ -40,6 +41,7 @@ def _one_run(mode: str, warehouse: str, metastore: str) -> dict[str, float]:
 
     from dkmsks.spark.catalog import register
     from dkmsks.spark.session import session_conf
+    from dkmsks.spark.sql_files import run_sql
     from dkmsks.warehouse import Warehouse
 
     wh = Warehouse(warehouse)
@@ -57,7 +59,7 @@ def _one_run(mode: str, warehouse: str, metastore: str) -> dict[str, float]:
         register(spark, wh)  # derby: only on its first run, after which the metastore keeps them
     session_s = time.perf_counter() - started
     q0 = time.perf_counter()
-    rows = spark.sql(QUERY).collect()[0].n
+    rows = run_sql(spark, QUERY_FILE).collect()[0].n
     query_s = time.perf_counter() - q0
     spark.stop()
     return {"session_s": session_s, "query_s": query_s, "rows": int(rows)}
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = {mode: s["session_s"] + s["query_s"] for mode, s in summary.items()}
     meta = provenance(spark=True)
     text = prose("head", commit=meta["commit"], date=meta["date"], machine=meta["machine"].get("cpu", ""),
-                 load=f"{load_average():.1f}", runs=args.runs, query=QUERY,
+                 load=f"{load_average():.1f}", runs=args.runs, query=statement(QUERY_FILE).strip().splitlines()[-1],
                  rows=f"{results['registered'][0]['rows']:,}",
                  derby_session=f"{summary['derby']['session_s']:.1f}", derby_query=f"{summary['derby']['query_s']:.1f}",
                  derby_total=f"{total['derby']:.1f}", reg_session=f"{summary['registered']['session_s']:.1f}",

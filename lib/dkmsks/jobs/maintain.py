@@ -219,13 +219,13 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
             started = time.perf_counter()
             _, note = with_conflict_retries(
                 lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(), _delta_conflicts())
-            phases[f"optimize {name}"] = (time.perf_counter() - started) * 1e3
+            phases[f"{name}: optimize"] = (time.perf_counter() - started) * 1e3
         middle = measure(lake, warehouse, name, hours)
         vacuumed = middle.expired > 0
         if vacuumed:
             started = time.perf_counter()
             DeltaTable.forPath(spark, path).vacuum()  # the table's own retention: the horizon
-            phases[f"vacuum {name}"] = (time.perf_counter() - started) * 1e3
+            phases[f"{name}: vacuum"] = (time.perf_counter() - started) * 1e3
     after = measure(lake, warehouse, name, hours)
     return TableReport(name, before, after, vacuumed_files=middle.on_disk - after.on_disk,
                        vacuumed_bytes=middle.bytes_on_disk - after.bytes_on_disk, vacuumed=vacuumed, note=note)
