@@ -132,6 +132,7 @@ def fresh_db(spark, spark_warehouse, request):
 #: first and queued in this order, so the two workers finish together (the rest fills in).
 XDIST_GROUPS: list[tuple[str, str]] = [
     ("tests/reliability/test_crash.py", "crash"),
+    ("tests/reliability/test_crash_points.py", "crash"),
     ("tests/reliability/test_replay.py", "replay"),
     ("tests/e2e/test_airflow", "airflow"),
     ("tests/reliability/test_security.py::test_airflow", "airflow"),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark.compaction import compact
+from dkmsks.spark.faults import kill_at
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, pending_timestamps, \
     record_run_metrics
 from dkmsks.spark.landing import take_pending
@@ -94,6 +95,7 @@ def run_microbatch(
                                       timestamps=ts, from_t=last, run_id=run_id)
             quarantine_refused(spark, routed.refused, run_id)
             report.replayed = not commit(lake, records, to_t)
+            kill_at("after-journal")  # test-only (DKMSKS_FAULT_KILL_AT): committed, no metrics yet
             phases["commit"] = (time.perf_counter() - started) * 1e3
             report.add_counts(routed)
         if compaction != "never":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dkmsks.spark import tables
+from dkmsks.spark.faults import kill_at, kill_on_new_file
 from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, where
 from dkmsks.spark.plans import current_plan
@@ -76,7 +77,11 @@ def compact(spark: SparkSession, warehouse: Warehouse, *, force: bool = False) -
         try:
             with delta_txn(spark, "dkmsks-compact", int(through),
                            {"job": "compact", "plan_version": view.plan_version, "through_t": int(through)}):
-                run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=temp)
+                # Test-only (DKMSKS_FAULT_KILL_AT, dkmsks.spark.faults): die before the MERGE, or
+                # once it has written a data file and before its commit.
+                kill_at("compaction")
+                with kill_on_new_file("compaction-write", warehouse.table_path(tables.STATE)):
+                    run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=temp)
         finally:
             spark.catalog.dropTempView(temp)
         return lake.version(tables.STATE)
