@@ -19,6 +19,7 @@ BENCHMARKS = {
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
+    "append": ("append", "a run's commit: one journal append through Spark vs through delta-rs"),
     "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
