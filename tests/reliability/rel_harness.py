@@ -3,8 +3,8 @@
 Nothing here imports the job code under test. Jobs run as ``python spark_apps/<app>.py`` (or
 ``dkm ...``) in a process group of their own, so ``kill -9`` of the group kills the driver as
 a crash would: the Python driver, its JVM and the Python workers at once. What a job did is
-read from the outside: the Delta commit files (``tables/*/_delta_log/*.json``), the metastore
-lock, the job's Python worker processes and its output lines, each stamped with the time the
+read from the outside: the Delta commit files (``tables/*/_delta_log/*.json``), the writer
+lock file (``locks/default.lock``, rewritten with its holder when a run takes it), the job's Python worker processes and its output lines, each stamped with the time the
 monitor first saw it.
 
 A warehouse cannot be copied to another path: the Derby metastore records each table's
@@ -147,7 +147,7 @@ def _group_members(pgid: int) -> list[tuple[int, str]]:
 @dataclass
 class Event:
     at: float  # seconds since the process started
-    kind: str  # "metastore", "python-workers", "commit", "out", "exit", "killed"
+    kind: str  # "writer-lock", "python-workers", "commit", "out", "exit", "killed"
     detail: str = ""
 
 
@@ -178,7 +178,10 @@ class Monitored:
                  poll: float = 0.05, log: Path | None = None) -> None:
         self.warehouse = warehouse
         self.before = delta_commits(warehouse) if warehouse else {}
-        lock = warehouse / "metastore_db" / "db.lck" if warehouse else None
+        # The writer lock's file is rewritten (holder, pid, time) when a run takes it: after the
+        # session started and the tables were registered, before the run reads anything. (The
+        # sessions' catalog is in memory: there is no Derby metastore lock to watch.)
+        lock = warehouse / "locks" / "default.lock" if warehouse else None
         self.lock_before = lock.stat().st_mtime if lock and lock.exists() else 0.0
         self.lock = lock
         self.log = log
@@ -189,7 +192,7 @@ class Monitored:
         self.record = RunRecord(cmd, t0)
         self._seen_commits: set[tuple[str, int]] = set()
         self._workers_seen = False
-        self._metastore_seen = False
+        self._lock_seen = False
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -220,11 +223,11 @@ class Monitored:
                     self._seen_commits.add(key)
                     self.record.events.append(Event(max(0.0, mtime - self.record.started), "commit",
                                                     f"{key[0]}@{key[1]}"))
-            if not self._metastore_seen and self.lock is not None and self.lock.exists():
+            if not self._lock_seen and self.lock is not None and self.lock.exists():
                 try:
                     if self.lock.stat().st_mtime > max(self.lock_before, self.record.started):
-                        self._metastore_seen = True
-                        self.record.events.append(Event(now, "metastore"))
+                        self._lock_seen = True
+                        self.record.events.append(Event(now, "writer-lock"))
                 except FileNotFoundError:
                     pass
         if not self._workers_seen and self.proc.poll() is None:
@@ -327,7 +330,7 @@ class Timeline:
     """Where the phases of an uninterrupted run fall, from the outside."""
 
     duration: float
-    metastore_at: float | None
+    lock_at: float | None  # the run took the writer lock
     workers_at: float | None
     commit_tables: list[str]  # in commit order
     first_commit_at: float | None
@@ -337,7 +340,7 @@ class Timeline:
     def of(cls, rec: RunRecord) -> Timeline:
         commits = rec.commits()
         m = re.search(r"workers ([0-9.]+) s", rec.output)
-        ms, wk = rec.first("metastore"), rec.first("python-workers")
+        ms, wk = rec.first("writer-lock"), rec.first("python-workers")
         return cls(rec.duration, ms.at if ms else None, wk.at if wk else None,
                    [c.detail.split("@")[0] for c in commits], commits[0].at if commits else None,
                    float(m.group(1)) if m else None)
@@ -349,8 +352,8 @@ _PHASE_LINE = re.compile(r"\bphase\b[\s:=]+([A-Za-z_][\w-]*)", re.IGNORECASE)
 def phase_of_kill(rec: RunRecord, ref: Timeline) -> str:
     """The phase a kill hit, from what the killed run had done (commits are authoritative).
 
-    - ``startup``: before the job touched the metastore;
-    - ``reading``: metastore touched, no Python worker and no commit yet (plan, state and
+    - ``startup``: before the run took the writer lock (JVM start, session, table registration);
+    - ``reading``: writer lock taken, no Python worker and no commit yet (plan, state and
       pending rows read on the driver, routing);
     - ``worker update``: Python workers running, no commit yet, within the reference run's
       worker-phase duration of the first worker;
@@ -368,7 +371,7 @@ def phase_of_kill(rec: RunRecord, ref: Timeline) -> str:
         remaining = [t for t in ref.commit_tables if t not in done]
         label = f"commit:{remaining[0]}" if remaining else "after last commit"
     else:
-        ms, wk = rec.first("metastore"), rec.first("python-workers")
+        ms, wk = rec.first("writer-lock"), rec.first("python-workers")
         if ms is None or ms.at > k:
             label = "startup"
         elif wk is None or wk.at > k:

@@ -69,7 +69,7 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
 
     # 2. Kills: stratified delays over the reference run, from half its start-up on.
     wh = prepared.restore()
-    low = 0.5 * (ref.metastore_at or 0.0)
+    low = 0.5 * (ref.lock_at or 0.0)
     n_timed = TRIALS - (2 * TRIALS) // 5
     width = (ref.duration - low) / n_timed
     plan: list[tuple[float, int | None]] = [(low + (i + rng.random()) * width, None) for i in range(n_timed)]
@@ -88,7 +88,8 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
                  "killed": rec.killed_at is not None,
                  "commits": [c.detail for c in rec.commits()],
                  "phase": h.phase_of_kill(rec, ref) if rec.killed_at is not None else "ended before the kill",
-                 "returncode": rec.returncode}
+                 "returncode": rec.returncode,
+                 "events": [[round(e.at, 2), e.kind, e.detail[:40]] for e in rec.events if e.kind != "out"]}
         trials.append(trial)
         print(json.dumps(trial))
         if rec.killed_at is None:
@@ -107,6 +108,8 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
     summary = inspect(wh, tmp_path / "after-kills", range(T + 1))
     phases = Counter(t["phase"].split(" (")[0] for t in trials if t["killed"])
     record = {"seed": seed, "reference_seconds": round(ref.duration, 1), "reference_commits": ref.commit_tables,
+              "reference_timeline": {"writer_lock": ref.lock_at, "python_workers": ref.workers_at,
+                                     "first_commit": ref.first_commit_at, "workers_seconds": ref.workers_seconds},
               "kills": sum(phases.values()), "phases": dict(phases), "trials": trials,
               "final_run": final.tail(500), "leftover_files": h.leftover_files(wh)}
     (tmp_path / "crash-trials.json").write_text(json.dumps(record, indent=1))
