@@ -70,11 +70,18 @@ start() {
   .venv/bin/airflow db migrate > "$LOGS/db-migrate.log" 2>&1
   .venv/bin/airflow pools set dkmsks_writers 1 "dkmsks: one writer of the Delta tables at a time" \
     > "$LOGS/pools.log" 2>&1
-  # SimpleAuthManager prints the generated admin password at start-up; it stays in its mode-600
-  # file (shown by `status`), not in the log. $! stays the api-server's PID.
+  # SimpleAuthManager prints the generated admin password at start-up; it stays in its own
+  # file (whose path `start` prints), not in the log. $! stays the api-server's PID. The
+  # api-server writes that file with the umask it starts with: 077 keeps it the operator's only
+  # (an AIRFLOW_HOME is world-readable by default), and a file an older start left is mended.
+  [ ! -f "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" ] || chmod 600 "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"
+  local umask_before
+  umask_before=$(umask)
+  umask 077
   nohup .venv/bin/airflow api-server --host 127.0.0.1 --port "$PORT" --workers 1 \
     > >(grep --line-buffered -v "Password for user" > "$LOGS/api-server.log" 2>&1) 2>&1 &
   echo $! > "$PIDS/api-server"
+  umask "$umask_before"
   nohup .venv/bin/airflow scheduler --skip-serve-logs > "$LOGS/scheduler.log" 2>&1 &
   echo $! > "$PIDS/scheduler"
   nohup .venv/bin/airflow dag-processor > "$LOGS/dag-processor.log" 2>&1 &

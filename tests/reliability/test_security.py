@@ -205,7 +205,7 @@ def test_airflow_listens_on_loopback_refuses_anonymous_callers_and_logs_no_secre
     secrets = {"admin password": password,
                "JWT secret": (home / "jwt_secret").read_text().strip(),
                "API secret key": (home / "api_secret_key").read_text().strip()}
-    for name in ("jwt_secret", "api_secret_key"):
+    for name in ("jwt_secret", "api_secret_key", "simple_auth_manager_passwords.json.generated"):
         assert (home / name).stat().st_mode & 0o077 == 0, f"{name} is readable by others"
 
     # Wait for the DAGs, so 'refused' is not confused with 'not there yet'.
