@@ -19,9 +19,14 @@ Design (to fit 20+ kills into minutes, each run pays a ~15 s JVM start):
    when the machine's load shifts the timeline. The next trial is the rerun of the previous
    one: it must recover whatever the kill left (an uncommitted run, a commit without its
    bookkeeping, a held lock) — and is itself killed somewhere.
-3. A final uninterrupted run; then ``dkm export`` at every timestamp must equal the reference
-   run's and ``dkm oracle``'s byte for byte, and the ledger, ``timestamp_metrics`` and
-   ``worker_metrics`` must hold every timestamp exactly once.
+3. A chain ends when every timestamp is committed (later runs would have nothing to do and end
+   before their kill): a final uninterrupted run; then ``dkm export`` at every timestamp must
+   equal the reference run's and ``dkm oracle``'s byte for byte, and the ledger,
+   ``timestamp_metrics`` and ``worker_metrics`` must hold every timestamp exactly once. The
+   next chain starts from the restored warehouse; the last one is checked when the kills are done.
+
+The record (seed, reference timeline, chains, every trial with its events) is printed and
+written to ``crash-trials.json`` in the test's tmp folder.
 
 ``DKMSKS_CRASH_TRIALS`` (default 20) and ``DKMSKS_CRASH_SEED`` (default: :data:`CI_SEED` under
 ``CI=true``, else random; printed)
@@ -76,14 +81,44 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
     plan += [(0.3 * rng.random(), 1 + i % len(ref.commit_tables)) for i in range(TRIALS - n_timed)]
     rng.shuffle(plan)
     trials: list[dict] = []
-    attempts, until, kills_here = 0, 1, 0
+    chains: list[dict] = []
+    attempts, until, kills_here, chain = 0, 1, 0, 1
+
+    def phases() -> Counter:
+        return Counter(t["phase"].split(" (")[0] for t in trials if t["killed"])
+
+    def save() -> dict:
+        record = {"seed": seed, "reference_seconds": round(ref.duration, 1), "reference_commits": ref.commit_tables,
+                  "reference_timeline": {"writer_lock": ref.lock_at, "python_workers": ref.workers_at,
+                                         "first_commit": ref.first_commit_at, "workers_seconds": ref.workers_seconds},
+                  "kills": sum(phases().values()), "phases": dict(phases()), "chains": chains, "trials": trials}
+        (tmp_path / "crash-trials.json").write_text(json.dumps(record, indent=1))
+        return record
+
+    def finish_chain() -> None:
+        # 3. Recovery, then the comparison: a final uninterrupted run, exports at every timestamp.
+        final = h.run(mb("--run-id", f"final-{chain}"), wh)
+        out = tmp_path / f"after-kills-{chain}"
+        summary = inspect(wh, out, range(T + 1))
+        mine = [t for t in trials if t["chain"] == chain]
+        chains.append({"chain": chain, "attempts": len(mine), "kills": sum(1 for t in mine if t["killed"]),
+                       "final_run": final.tail(300), "leftover_files": h.leftover_files(wh)})
+        record = save()
+        print(json.dumps({k: v for k, v in record.items() if k != "trials"}, indent=1))
+        assert_bookkeeping(summary, T, m)
+        assert_exports_equal(out, prepared.oracle, range(T + 1),
+                             f"chain {chain}, after {chains[-1]['kills']} kills (seed {seed}) vs dkm oracle")
+        assert_exports_equal(out, {t: tmp_path / "reference" / f"export-{t}.jsonl" for t in range(T + 1)},
+                             range(T + 1), f"chain {chain} (seed {seed}) vs the uninterrupted run")
+
     while sum(1 for t in trials if t["killed"]) < TRIALS:
         attempts += 1
         assert attempts <= 2 * TRIALS, "too many runs ended before their kill: the window is too wide"
         delay, after = plan[(attempts - 1) % TRIALS]
         rec = h.run_and_kill(mb("--until", str(until), "--run-id", f"trial-{attempts}"), wh, delay,
                              after_commits=after)
-        trial = {"attempt": attempts, "until": until, "delay": round(delay, 2), "after_commits": after,
+        trial = {"attempt": attempts, "chain": chain, "until": until, "delay": round(delay, 2),
+                 "after_commits": after,
                  "killed_at": None if rec.killed_at is None else round(rec.killed_at, 2),
                  "killed": rec.killed_at is not None,
                  "commits": [c.detail for c in rec.commits()],
@@ -100,24 +135,15 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
         committed = rec.killed_at is None or any(c.detail.startswith(ref.commit_tables[0] + "@")
                                                  for c in rec.commits())
         kills_here += 1
-        if committed or kills_here >= 2:
+        if committed and until == T:
+            # Every timestamp is committed: runs would have nothing left to do (and end before
+            # their kill). Check this chain, then start the next one from the prepared warehouse.
+            finish_chain()
+            wh = prepared.restore()
+            until, kills_here, chain = 1, 0, chain + 1
+        elif committed or kills_here >= 2:
             until, kills_here = min(T, until + 1), 0
 
-    # 3. Recovery, then the comparison.
-    final = h.run(mb("--run-id", "final"), wh)
-    summary = inspect(wh, tmp_path / "after-kills", range(T + 1))
-    phases = Counter(t["phase"].split(" (")[0] for t in trials if t["killed"])
-    record = {"seed": seed, "reference_seconds": round(ref.duration, 1), "reference_commits": ref.commit_tables,
-              "reference_timeline": {"writer_lock": ref.lock_at, "python_workers": ref.workers_at,
-                                     "first_commit": ref.first_commit_at, "workers_seconds": ref.workers_seconds},
-              "kills": sum(phases.values()), "phases": dict(phases), "trials": trials,
-              "final_run": final.tail(500), "leftover_files": h.leftover_files(wh)}
-    (tmp_path / "crash-trials.json").write_text(json.dumps(record, indent=1))
-    print(json.dumps({k: v for k, v in record.items() if k != "trials"}, indent=1))
-    assert_bookkeeping(summary, T, m)
-    assert_exports_equal(tmp_path / "after-kills", prepared.oracle, range(T + 1),
-                         f"after {record['kills']} kills (seed {seed}) vs dkm oracle")
-    assert_exports_equal(tmp_path / "after-kills", {t: tmp_path / "reference" / f"export-{t}.jsonl"
-                                                    for t in range(T + 1)}, range(T + 1),
-                         f"after kills (seed {seed}) vs the uninterrupted run")
-    assert sum(phases.values()) >= TRIALS
+    if not chains or chains[-1]["chain"] != chain:
+        finish_chain()
+    assert sum(phases().values()) >= TRIALS
