@@ -60,6 +60,7 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
     default_seed = CI_SEED if os.environ.get("CI", "").lower() == "true" else random.SystemRandom().randrange(1 << 30)
     seed = int(os.environ.get("DKMSKS_CRASH_SEED", default_seed))
     rng = random.Random(seed)
+    print(f"crash trials: seed {seed}, {TRIALS} kills", flush=True)  # before any run: a failure can be replayed
     wh = prepared.restore()
     mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", str(wh), *a)  # noqa: E731
 
