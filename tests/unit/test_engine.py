@@ -1,7 +1,8 @@
 """In-memory engine (core/engine.py): m simulated workers equal the oracle; metrics are sane.
 
-Until the partitioners are wired in, a round-robin main server written here places the
-subscriptions; initial states come from the oracle's brute-force kNN within ``O_init``.
+Most tests place the subscriptions with a round-robin main server written here, with initial
+states from the oracle's brute-force kNN within ``O_init``; the ``build_engine`` tests run the
+real initial phase (each method's plan and main server).
 """
 
 from __future__ import annotations

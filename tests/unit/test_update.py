@@ -407,8 +407,9 @@ def _results_live_at(state: KnnState, t: int) -> Results:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_stepwise_batches_show_the_oracle_after_every_timestamp(method: str, batch: int) -> None:
-    """One probe per batch, the state after each timestamp equal to the oracle's, and the rows
-    reported changed at t exactly the subscriptions whose oracle result changed at t."""
+    """Processed in batches of 1, 3 or 8 timestamps: the state after each timestamp equals the
+    oracle's, and the rows reported changed at t are exactly the subscriptions whose oracle
+    result changed at t (one inserted at t: whenever it has a result)."""
     objects, events = adversarial_case(40 + batch, timestamps=8)
     worker = initial_worker(method, objects, events, grid=4)
     oracle = {t: oracle_results(objects, events, t) for t in range(9)}
