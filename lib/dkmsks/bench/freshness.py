@@ -58,7 +58,7 @@ def reader_main(warehouse: str, out: str, sub_ids: str, period: float) -> int:
     from dkmsks.spark.session import build_session
     from dkmsks.warehouse import Warehouse
 
-    spark = build_session(Warehouse(warehouse), app_name="bench-freshness-reader")
+    spark = build_session(Warehouse(Path(warehouse)), app_name="bench-freshness-reader")
     ids = [int(s) for s in sub_ids.split(",")]
     stop = Path(out + ".stop")
     with open(out, "a", encoding="utf-8") as fh:
@@ -100,9 +100,11 @@ class LedgerWatch(threading.Thread):
         super().__init__(daemon=True)
         from dkmsks.spark.lake import Lake
 
-        self.lake, self.period, self.seen, self.halt = Lake.of(warehouse), period, {}, threading.Event()
+        self.lake, self.period, self.halt = Lake.of(warehouse), period, threading.Event()
+        self.seen: dict[int, float] = {}
 
     def run(self) -> None:
+        """Poll the ledger until halted, noting when each timestamp first became visible."""
         from dkmsks.spark.journal import last_processed
 
         while not self.halt.is_set():
@@ -114,6 +116,7 @@ class LedgerWatch(threading.Thread):
             self.halt.wait(self.period)
 
     def wait_for(self, t: int, timeout: float) -> bool:
+        """Whether timestamp ``t`` became visible within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if t in self.seen:
@@ -151,6 +154,7 @@ def _time_readers(warehouse, client, sub_id: int, last_t: int, work: Path, runs:
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Publish the workload timestamp by timestamp and measure when each becomes visible."""
     from dkmsks.client import Client
     from dkmsks.core.workload import WorkloadSpec, generate_workload
     from dkmsks.io.formats import write_events, write_objects
@@ -232,7 +236,7 @@ def run(args: argparse.Namespace) -> dict:
         client.publish(objects=rows_o, events=rows_e)
         burst_call, burst_returned = time.perf_counter() - c0, time.time()
         if not watch.wait_for(total_t, 1800):
-            raise RuntimeError(f"the burst was not committed within 30 minutes")
+            raise RuntimeError("the burst was not committed within 30 minutes")
         burst_s = watch.seen[total_t] - burst_returned
         rec.put("burst", {"timestamps": burst, "objects": len(rows_o), "events": len(rows_e), "call_s": burst_call,
                           "seconds": burst_s, "objects_per_s": len(rows_o) / burst_s})
@@ -271,6 +275,7 @@ def run(args: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- the report
 def summary(d: dict) -> dict[str, float]:
+    """The headline numbers of a measurement (medians, percentiles, catch-up rate)."""
     per_t = d["steps"]["per_timestamp"]
     calls = [r["call_s"] for r in per_t]
     commit = [r["fresh_commit_s"] for r in per_t if r["fresh_commit_s"] is not None]
@@ -288,6 +293,7 @@ def summary(d: dict) -> dict[str, float]:
 
 
 def report(d: dict) -> str:
+    """The markdown report of a measurement, with each target met or not."""
     s, p = summary(d), d["params"]
     met = {key: (s[key] >= limit if key == "catchup_ops" else s[key] <= limit) for key, limit in TARGETS.items()}
     bounded = s["last_third"] <= max(1.5 * s["first_third"], s["first_third"] + 0.25)
@@ -320,6 +326,7 @@ def _ok(met: bool) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench freshness`` (or, with ``--reader``, the SQL reader process); the exit status."""
     if argv and argv[0] == "--reader":
         return reader_main(argv[1], argv[2], argv[3], float(argv[4]))
     p = argparse.ArgumentParser(prog="dkm bench freshness", description=__doc__.splitlines()[0])
