@@ -86,10 +86,17 @@ def safe_radius(r2: Float64Array, x: Float64Array, y: Float64Array) -> Float64Ar
     return r * (1.0 + 1e-9) + 1e-9 * (np.abs(x) + np.abs(y)) + 1e-300
 
 
-def ball_boxes(
+def safe_ball_boxes(
     state: KnnState, rows: Int64Array
 ) -> tuple[Float64Array, Float64Array, Float64Array, Float64Array, Float64Array]:
-    """Safe bounding boxes ``(xmin, ymin, xmax, ymax, r)`` of the balls of ``rows``."""
+    """Safe bounding boxes ``(xmin, ymin, xmax, ymax, r)`` of the balls of ``rows``.
+
+    Not the partitioners' ``ball_boxes`` (``core/partition/_common.py``): those feed cost
+    estimates and are clipped to the data space with a one-ulp margin, where an error moves a
+    cost a little. These decide which cells hold a subscription, so they may only err outwards
+    (docs/design.md §3 fact 1): the radius gets a relative and an absolute margin
+    (:func:`safe_radius`) and the boxes are not clipped to a data space.
+    """
     x, y = state.x[rows], state.y[rows]
     r = safe_radius(state.radius2(rows), x, y)
     return x - r, y - r, x + r, y + r, r
@@ -463,7 +470,7 @@ class SopIndex(_PostingsIndex):
         self.group[rows] = local
         self._insert(*self.entries(state, rows))
         # Grow each R to cover the new balls at once (correctness); shrink later (lazily).
-        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        x0, y0, x1, y1, _ = safe_ball_boxes(state, rows)
         np.minimum.at(self.rect[:, 0], local, x0)
         np.minimum.at(self.rect[:, 1], local, y0)
         np.maximum.at(self.rect[:, 2], local, x1)
@@ -492,7 +499,7 @@ class SopIndex(_PostingsIndex):
         dirty = np.flatnonzero(self._dirty)
         self.rect[dirty] = [np.inf, np.inf, -np.inf, -np.inf]
         g = self.group[rows]
-        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        x0, y0, x1, y1, _ = safe_ball_boxes(state, rows)
         np.minimum.at(self.rect[:, 0], g, x0)
         np.minimum.at(self.rect[:, 1], g, y0)
         np.maximum.at(self.rect[:, 2], g, x1)
@@ -739,7 +746,7 @@ class GridIndex(_PostingsIndex):
         edge is not pushed to a coarser level), and, for a ball reaching outside the space,
         the lattice cells outside it at the finest level where the whole ball's cell range
         spans at most ``max_cells`` cells."""
-        x0, y0, x1, y1, r = ball_boxes(state, rows)
+        x0, y0, x1, y1, r = safe_ball_boxes(state, rows)
         finite = np.isfinite(r)
         zero = np.zeros(rows.shape[0], dtype=np.int64)
         ux0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), zero)
