@@ -1,6 +1,6 @@
 # The two commands of the README: `make demo` (main job end to end) and `make test`.
 # Both bootstrap everything they need and are safe to re-run.
-.PHONY: bootstrap demo test test-unit clean
+.PHONY: bootstrap demo test test-unit lint clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -13,6 +13,11 @@ test: bootstrap
 
 test-unit: bootstrap
 	@.venv/bin/python -m pytest -m unit -q
+
+# ruff (style, bugs, docstrings) on all Python code and mypy on lib/; settings in pyproject.toml.
+# scripts/test.sh runs it before the suite.
+lint: bootstrap
+	@scripts/lint.sh
 
 clean:
 	rm -rf .cache/demo .pytest_cache

@@ -22,7 +22,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ WAREHOUSE = os.environ.get("DKMSKS_WAREHOUSE", str(REPO / ".cache" / "warehouse"
 SPARK_CONN_ID = "dkmsks_spark"
 #: One slot: writers of the project's Delta tables never run at the same time.
 WRITERS_POOL = "dkmsks_writers"
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 LANDING = Asset("dkmsks://landing")
 PLAN = Asset("dkmsks://plan")
@@ -54,6 +54,7 @@ class FailOnUnusableInput(RetryPolicy):
     other failure (a lost executor, a busy warehouse) retries as ``DEFAULT_ARGS`` says."""
 
     def evaluate(self, exception, try_number, max_tries, context=None) -> RetryDecision:
+        """Fail at once when the job exited with the unusable-input status; otherwise retry as usual."""
         status = _EXIT_STATUS.search(str(exception))
         if status and int(status.group(1)) == EXIT_INPUT_UNUSABLE:
             return RetryDecision.fail(
@@ -205,7 +206,7 @@ PARTITION_PARAMS = {**TUNING_PARAMS, **JOB_PARAMS}
 
 #: spark_apps/partition.py's tuning flags, one per Param (flags are the Params' names with dashes).
 PARTITION_ARGS = [arg for name in TUNING_PARAMS
-                  for arg in ("--" + name.replace("_", "-"), "{{ params.%s }}" % name)]
+                  for arg in ("--" + name.replace("_", "-"), "{{ params.%s }}" % name)]  # noqa: UP031 (Jinja's braces)
 
 
 def delta_live_files(table: str | Path) -> list[dict] | None:

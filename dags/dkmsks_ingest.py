@@ -41,6 +41,7 @@ from dkmsks_common import BOUNDS_PATTERN, DEFAULT_ARGS, JOB_PARAMS, LANDING, MAC
     user_defined_macros=MACROS,
 )
 def dkmsks_ingest():
+    """One task: spark-submit of ``spark_apps/ingest.py`` on the run's files."""
     spark_job("ingest", "ingest.py", [
         "--objects", "{{ params.objects }}",
         "--events", "{{ params.events }}",

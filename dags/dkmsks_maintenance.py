@@ -8,8 +8,9 @@ writer lock and the writers' pool, so it never runs beside a micro-batch or a re
 `dkm export --as-of T` stays exact for every `T` processed within the horizon.
 
 Schedule: the environment variable `AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE`, read when the
-DAG is parsed (default daily at 04:30 UTC, after the repartitioning). Horizon: the `retention_hours` Param, whose default is
-`DKMSKS_AS_OF_RETENTION_HOURS` (168 h when unset), read when the DAG is parsed.
+DAG is parsed (default daily at 04:30 UTC, after the repartitioning). Horizon: the
+`retention_hours` Param, whose default is `DKMSKS_AS_OF_RETENTION_HOURS` (168 h when unset),
+read when the DAG is parsed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import os
 from airflow.sdk import Param, dag
 
 from dkmsks_common import DEFAULT_ARGS, JOB_PARAMS, MACROS, START, spark_job
-
 
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "30 4 * * *")
 #: The horizon's default, as dkmsks.spark.retention reads it (tests/dags checks they agree).
@@ -44,6 +44,7 @@ RETENTION_HOURS = int(os.environ.get("DKMSKS_AS_OF_RETENTION_HOURS") or 168)
     user_defined_macros=MACROS,
 )
 def dkmsks_maintenance():
+    """One task: spark-submit of ``spark_apps/maintain.py`` with the run's horizon."""
     spark_job("maintain", "maintain.py", [
         "--retention-hours", "{{ params.retention_hours }}",
     ], outlets=[])

@@ -19,7 +19,6 @@ from airflow.timetables.trigger import CronTriggerTimetable
 
 from dkmsks_common import DEFAULT_ARGS, JOB_PARAMS, MACROS, PLAN, RESULTS, START, spark_job
 
-
 # The schedule is read at parse time from the environment, the first place Airflow looks for
 # the Variable dkmsks_microbatch_schedule; a Variable stored in the metadata database (UI, CLI)
 # is not read, which would cost a database query on every parse of this file.
@@ -43,6 +42,7 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *
     user_defined_macros=MACROS,
 )
 def dkmsks_microbatch():
+    """One task: spark-submit of ``spark_apps/microbatch.py`` over the pending timestamps."""
     spark_job("microbatch", "microbatch.py", [
         "--max-timestamps", "{{ params.max_timestamps or 0 }}",
     ], outlets=[RESULTS])

@@ -17,8 +17,16 @@ from __future__ import annotations
 from airflow.sdk import dag, task
 
 from dkmsks_common import (
-    DEFAULT_ARGS, LANDING, MACROS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, partition_skip_reason,
-    run_warehouse, spark_job,
+    DEFAULT_ARGS,
+    LANDING,
+    MACROS,
+    PARTITION_ARGS,
+    PARTITION_PARAMS,
+    PLAN,
+    START,
+    partition_skip_reason,
+    run_warehouse,
+    spark_job,
 )
 
 
@@ -45,6 +53,7 @@ def check_partition(params=None, triggering_asset_events=None) -> bool:
 )
 def dkmsks_partition():
     # --if-absent stays: if the check cannot read the logs, the job itself does nothing twice.
+    """The check, then spark-submit of ``spark_apps/partition.py`` when no plan exists yet."""
     check_partition() >> spark_job("partition", "partition.py", [*PARTITION_ARGS, "--if-absent"], outlets=[PLAN])
 
 

@@ -21,10 +21,16 @@ import os
 from airflow.sdk import dag, task
 
 from dkmsks_common import (
-    DEFAULT_ARGS, MACROS, PARTITION_ARGS, PARTITION_PARAMS, PLAN, START, repartition_skip_reason, run_warehouse,
+    DEFAULT_ARGS,
+    MACROS,
+    PARTITION_ARGS,
+    PARTITION_PARAMS,
+    PLAN,
+    START,
+    repartition_skip_reason,
+    run_warehouse,
     spark_job,
 )
-
 
 # Read at parse time from the environment, as the micro-batch's schedule (see there).
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *")
@@ -53,6 +59,7 @@ def check_plan(params=None, dag_run=None, triggering_asset_events=None) -> bool:
     user_defined_macros=MACROS,
 )
 def dkmsks_repartition():
+    """The check, then spark-submit of ``spark_apps/partition.py --repartition`` when there is work."""
     check_plan() >> spark_job("repartition", "partition.py", [*PARTITION_ARGS, "--repartition"], outlets=[PLAN])
 
 

@@ -57,6 +57,7 @@ def _warm_up(warehouse: Path) -> None:
 
 
 def main() -> int:
+    """Build the class-data-sharing archive when it is absent; print its path."""
     flags = os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "")
     folder = REPO / ".cache" / "cds"
     archive = folder / f"spark-{_key(flags)}.jsa"

@@ -3,6 +3,15 @@
 # are started by its fixture on 127.0.0.1 and stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Arguments go to pytest; without a test path among them the whole suite (tests/) runs, and
+# the static checks (scripts/lint.sh, also `make lint`) come first: the suite does not start
+# when they fail.
+paths=()
+for arg in "$@"; do [[ "$arg" == tests* ]] && paths+=("$arg"); done
+if [ ${#paths[@]} -eq 0 ]; then
+  scripts/lint.sh || { echo "test.sh: lint failed (ruff/mypy, above); the tests did not run" >&2; exit 1; }
+  set -- tests "$@"
+fi
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export SPARK_LOCAL_IP=127.0.0.1
 # The suite starts ~100 short-lived Spark drivers: C1-only JIT starts each ~3 s sooner
@@ -23,8 +32,4 @@ scripts/install_test_deps.sh  # Debian's chromium and docker-compose for the e2e
 # Two pytest-xdist workers: most of the suite's time is JVM and Airflow start-up and waiting,
 # which two processes overlap on two cores. tests/conftest.py keeps tests that share a fixture
 # (one Airflow, one SparkSession, one prepared warehouse) on one worker. -n 0: one process.
-# Arguments go to pytest; without a test path among them the whole suite (tests/) runs.
-paths=()
-for arg in "$@"; do [[ "$arg" == tests* ]] && paths+=("$arg"); done
-[ ${#paths[@]} -gt 0 ] || set -- tests "$@"
 exec .venv/bin/python -m pytest -q -n "${DKMSKS_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -24,6 +24,7 @@ from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The job's command line."""
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--objects", type=Path, help="objects file (TSV/CSV, .gz, or Parquet)")
     p.add_argument("--events", type=Path, help="subscription events file")
@@ -35,11 +36,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
+    """Ingest the files into the landing tables; the exit status."""
     from dkmsks.spark.ingest import ingest_files
 
     try:
-        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id=args.run_id or "ingest",
-                               bounds=args.bounds)
+        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events,
+                               run_id=args.run_id or "ingest", bounds=args.bounds)
     except InputError as err:
         # One line, and an exit status that tells the DAG not to retry: the input must change.
         print(f"dkmsks-ingest: error: {err}", file=sys.stderr)
@@ -50,6 +52,7 @@ def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job in its own Spark session; the exit status."""
     return main_with_session(argv, parse_args, run, "dkmsks-ingest")
 
 

@@ -20,6 +20,7 @@ from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The job's command line."""
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--retention-hours", type=int, default=None,
                    help=f"the as-of horizon: history every table keeps, in hours (default ${ENV} or {DEFAULT_HOURS})")
@@ -30,6 +31,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
+    """Maintain every table of the warehouse and print the report; the exit status."""
     from dkmsks.jobs.maintain import run_maintenance
 
     report = run_maintenance(spark, warehouse, run_id=args.run_id or "maintain", retention_hours=args.retention_hours)
@@ -38,6 +40,7 @@ def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job in its own Spark session; the exit status."""
     return main_with_session(argv, parse_args, run, "dkmsks-maintain")
 
 

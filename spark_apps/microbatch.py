@@ -18,6 +18,7 @@ from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The job's command line."""
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--until", type=int, default=None, help="process timestamps up to this one only")
     p.add_argument("--max-timestamps", type=int, default=None,
@@ -51,6 +52,7 @@ def follow(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) 
 
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
+    """Process the pending timestamps with the current plan; the exit status."""
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.spark.lake import Lake
     from dkmsks.spark.plans import current_plan
@@ -78,6 +80,7 @@ def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job in its own Spark session; the exit status."""
     return main_with_session(argv, parse_args, run, "dkmsks-microbatch")
 
 

@@ -19,6 +19,7 @@ from dkmsks.warehouse import Warehouse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The job's command line."""
     p = base_parser(__doc__.splitlines()[0])
     add_partition_flags(p)
     p.add_argument("--repartition", action="store_true",
@@ -31,6 +32,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
+    """Make the first plan (or, with ``--repartition``, a new one) and the state; the exit status."""
     from dkmsks.jobs.partition import partition_done, run_partition, run_repartition
     from dkmsks.spark.lake import Lake
     from dkmsks.spark.plans import current_plan
@@ -55,6 +57,7 @@ def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job in its own Spark session; the exit status."""
     return main_with_session(argv, parse_args, run, "dkmsks-partition")
 
 

@@ -92,7 +92,8 @@ EVENT_ROWS: list[tuple[str | bytes, str | None]] = [
     ("insert\t115\t-100\t40\tcafe\t99999999999\t1", "k is 99999999999, more than the limit of 1000"),
     ("insert\t116\t-100\t40\tcafe\t99999999999999999999\t1", "k '99999999999999999999' is outside the int64 range"),
     ("delete\t99999999999999999999\t\t\t\t\t1", "id '99999999999999999999' is outside the int64 range"),
-    ("\u0131nsert\t117\t-100\t40\tcafe\t3\t1", "unknown op '\u0131nsert'; valid ops: insert, delete"),  # upper() gives INSERT
+    # upper() gives INSERT:
+    ("\u0131nsert\t117\t-100\t40\tcafe\t3\t1", "unknown op '\u0131nsert'; valid ops: insert, delete"),
     ("\t\t\t\t\t\t", "the line holds only separators or spaces, no values"),
     ("insert\t118\t-100\t40\t" + "c" * 100_000 + "\t3\t1", "' has 100000 characters, more than the limit of 256"),
 ]
@@ -116,7 +117,8 @@ def write_objects_file(folder: Path, name: str = "objects.tsv") -> Path:
 
 
 def write_events_file(folder: Path, name: str = "events.tsv") -> Path:
-    return _write_rows(folder / name, [EVENTS_HEADER, *[r for r, _ in EVENT_ROWS], *[r for r, _ in OUTSIDE_WGS84_EVENTS]])
+    return _write_rows(folder / name,
+                       [EVENTS_HEADER, *[r for r, _ in EVENT_ROWS], *[r for r, _ in OUTSIDE_WGS84_EVENTS]])
 
 
 # --------------------------------------------------------------------------- whole inputs

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``dkm`` parser with every sub-command."""
     parser = argparse.ArgumentParser(
         prog="dkm",
         description=(
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``dkm`` entry point: run the sub-command; its exit status (one-line errors, no traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from dkmsks.spark.writer_lock import WriterBusy

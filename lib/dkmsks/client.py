@@ -52,8 +52,8 @@ from dkmsks.io.formats import (
     validate_objects,
 )
 from dkmsks.spark import tables
-from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, processed_through, publish_rows
 from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, processed_through, publish_rows
 from dkmsks.warehouse import Warehouse
 
 #: The landing source of subscriptions made through :meth:`Client.subscribe` / ``unsubscribe``.

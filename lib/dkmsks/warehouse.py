@@ -39,6 +39,7 @@ def default_root() -> Path:
 
 
 def default_database() -> str:
+    """The database of ``$DKMSKS_DATABASE``, or the default one."""
     return os.environ.get("DKMSKS_DATABASE") or DEFAULT_DATABASE
 
 
@@ -68,6 +69,7 @@ class Warehouse:
         return cls(Path(root) if root is not None else default_root(), database or default_database())
 
     def with_database(self, database: str) -> Warehouse:
+        """The same warehouse with another database."""
         return Warehouse(self.root, database)
 
     # ------------------------------------------------------------------ tables
@@ -84,14 +86,17 @@ class Warehouse:
         return self.tables_root / f"{self.database}.db"
 
     def table_path(self, name: str) -> Path:
+        """The folder of table ``name``."""
         return self.tables_dir / name
 
     def has_table(self, name: str) -> bool:
+        """Whether table ``name`` exists (has a Delta log)."""
         return (self.table_path(name) / "_delta_log").is_dir()
 
     # ------------------------------------------------------------------ process files
     @property
     def writer_lock_path(self) -> Path:
+        """The writer lock file of this database."""
         return self.root / "locks" / f"{self.database}.lock"
 
     @property
@@ -106,18 +111,22 @@ class Warehouse:
 
     @property
     def cache_dir(self) -> Path:
+        """This database's cache folder."""
         return self.root / "cache" / self.database
 
     @property
     def staging_dir(self) -> Path:
+        """The folder where publishers stage files before they land."""
         return self.root / "_staging"
 
     @property
     def spool_dir(self) -> Path:
+        """The folder of follow sessions' spool files."""
         return self.root / "_spool"
 
     @property
     def run_dir(self) -> Path:
+        """The folder of process status and PID files."""
         return self.root / "run"
 
     def __str__(self) -> str:

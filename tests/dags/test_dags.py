@@ -6,8 +6,8 @@ import copy
 import json
 import os
 import sys
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -174,8 +174,8 @@ def _write_log(table: Path, *commits: list[dict], checkpoint: tuple[int, list[di
 
         version, adds = checkpoint
         rows = [{"path": a["add"]["path"], "stats": a["add"]["stats"]} for a in adds]
-        pq.write_table(pa.table({"add": pa.array([*rows, None]), "remove": pa.array([None] * (len(rows) + 1),
-                                                                                    pa.struct([("path", pa.string())]))}),
+        removes = pa.array([None] * (len(rows) + 1), pa.struct([("path", pa.string())]))
+        pq.write_table(pa.table({"add": pa.array([*rows, None]), "remove": removes}),
                        log / f"{version:020d}.checkpoint.parquet")
         (log / "_last_checkpoint").write_text(json.dumps({"version": version, "size": len(rows) + 1}))
 
@@ -391,8 +391,9 @@ def _rendered(dag, task_id: str, triggering: dict, **params):
     values = ParamsDict(copy.deepcopy(dag.params))  # validated as a run's conf is
     for name, value in params.items():
         values[name] = value
-    task.render_template_fields({"params": values.validate(), "triggering_asset_events": triggering, "run_id": "manual__t"},
-                                jinja_env=dag.get_template_env())
+    task.render_template_fields(
+        {"params": values.validate(), "triggering_asset_events": triggering, "run_id": "manual__t"},
+        jinja_env=dag.get_template_env())
     return task
 
 

@@ -1,0 +1,1 @@
+"""End-to-end tests: real services (Airflow, Spark standalone, compose) started by fixtures."""

@@ -47,7 +47,7 @@ def compose() -> dict:
 
 
 def mounts(service: dict) -> dict[str, tuple[str, bool]]:
-    """target -> (source, read-only) of each volume, from v1's "src:dst:mode" strings or v2's mappings."""
+    """Each volume's target -> (source, read-only), from v1's "src:dst:mode" strings or v2's mappings."""
     out = {}
     for v in service.get("volumes", []):
         if isinstance(v, str):

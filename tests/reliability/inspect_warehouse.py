@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
             "tables": sorted(tables),
             "ledger": rows("SELECT t, count(*) FROM ledger GROUP BY t ORDER BY t"),
             "timestamp_metrics": rows("SELECT t, count(*) FROM timestamp_metrics GROUP BY t ORDER BY t"),
-            "worker_metrics": rows("SELECT t, count(*), count(DISTINCT worker) FROM worker_metrics GROUP BY t ORDER BY t"),
+            "worker_metrics": rows(
+                "SELECT t, count(*), count(DISTINCT worker) FROM worker_metrics GROUP BY t ORDER BY t"),
             "result_change_duplicates": rows(
                 "SELECT t, sub_id, change, count(*) AS n FROM result_changes GROUP BY 1, 2, 3 HAVING n > 1 LIMIT 20"),
             "quarantine": rows("SELECT target, reason, count(*) FROM quarantine GROUP BY 1, 2 ORDER BY 1, 2"),

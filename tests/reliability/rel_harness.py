@@ -4,8 +4,9 @@ Nothing here imports the job code under test. Jobs run as ``python spark_apps/<a
 ``dkm ...``) in a process group of their own, so ``kill -9`` of the group kills the driver as
 a crash would: the Python driver, its JVM and the Python workers at once. What a job did is
 read from the outside: the Delta commit files (``tables/*/_delta_log/*.json``), the writer
-lock file (``locks/default.lock``, rewritten with its holder when a run takes it), the job's Python worker processes and its output lines, each stamped with the time the
-monitor first saw it.
+lock file (``locks/default.lock``, rewritten with its holder when a run takes it), the job's
+Python worker processes and its output lines, each stamped with the time the monitor first
+saw it.
 
 A warehouse cannot be copied to another path: the Derby metastore records each table's
 absolute location. So a prepared warehouse is *snapshotted* and *restored to the same path*
@@ -18,6 +19,7 @@ Also runnable as a script (one JVM for several entry points)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,10 +70,8 @@ def delta_commits(warehouse: Path) -> dict[tuple[str, int], float]:
         for f in os.scandir(log):
             name = f.name
             if name.endswith(".json") and name[:-5].isdigit():
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     found[(table.name, int(name[:-5]))] = f.stat().st_mtime
-                except FileNotFoundError:
-                    pass
     return found
 
 
@@ -87,9 +87,9 @@ def leftover_files(warehouse: Path) -> list[str]:
     out = []
     for p in Path(warehouse).rglob("*"):
         name = p.name
-        if p.is_file() and ("_delta_log" in p.parts and (name.endswith(".tmp") or name.startswith("."))):
-            if not name.endswith(".crc"):
-                out.append(str(p.relative_to(warehouse)))
+        if (p.is_file() and "_delta_log" in p.parts and (name.endswith(".tmp") or name.startswith("."))
+                and not name.endswith(".crc")):
+            out.append(str(p.relative_to(warehouse)))
     return sorted(out)
 
 
@@ -230,11 +230,11 @@ class Monitored:
                         self.record.events.append(Event(now, "writer-lock"))
                 except FileNotFoundError:
                     pass
-        if not self._workers_seen and self.proc.poll() is None:
-            if any("pyspark.daemon" in cmd or "pyspark/daemon" in cmd or "pyspark.worker" in cmd
-                   for _, cmd in _group_members(self.proc.pid)):
-                self._workers_seen = True
-                self.record.events.append(Event(now, "python-workers"))
+        if not self._workers_seen and self.proc.poll() is None and any(
+                "pyspark.daemon" in cmd or "pyspark/daemon" in cmd or "pyspark.worker" in cmd
+                for _, cmd in _group_members(self.proc.pid)):
+            self._workers_seen = True
+            self.record.events.append(Event(now, "python-workers"))
 
     def kill(self) -> None:
         """``kill -9`` the whole process group (driver, its JVM, its Python workers)."""
@@ -258,10 +258,8 @@ class Monitored:
                                  + "".join(self._out_lines)[-3000:]) from None
         finally:
             # Any survivor of the group (a JVM that outlived its driver) is killed too.
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         self._stop.set()
         self._watcher.join(timeout=5)
         self._sample()  # commits that landed in the last instant (or after the kill signal)

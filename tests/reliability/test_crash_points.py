@@ -55,7 +55,7 @@ def state_data_files(warehouse: Path) -> set[str]:
 def test_kill_after_the_journal_and_during_compaction_then_rerun(prepared, tmp_path):
     T, m = prepared.timestamps, prepared.workers
     wh = prepared.restore()
-    mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", str(wh), "--compaction", "always", *a)
+    mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", str(wh), "--compaction", "always", *a)  # noqa: E731
     record: list[dict] = []
     for point, until, made, not_made in CHAIN:
         files_before = state_data_files(wh)

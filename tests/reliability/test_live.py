@@ -123,7 +123,7 @@ def test_follow_publishers_and_readers_share_one_warehouse_and_survive_kill_9(li
     assert _follow("status", warehouse).returncode != 0  # reported as not running
     _publish(warehouse, objects, events)  # t=6 lands while nothing processes
     assert _follow("start", warehouse, "--slots", str(WORKERS + 3), "--poll", "0.2").returncode == 0
-    for t in (7, 8):
+    for _t in (7, 8):
         _publish(warehouse, objects, events)
     _wait_processed(warehouse, TIMESTAMPS)
 

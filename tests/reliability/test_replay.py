@@ -71,7 +71,7 @@ def _both_end_cleanly(a: h.RunRecord, b: h.RunRecord) -> list[str]:
             assert any(CLEAR_LOSER.search(line) for line in last), (
                 f"{' '.join(rec.cmd[1:3])} failed without naming the other writer (exit {rec.returncode}):\n"
                 + "\n".join(last))
-            notes.append(f"{rec.cmd[1]} lost: {next(l for l in last if CLEAR_LOSER.search(l))}")
+            notes.append(f"{rec.cmd[1]} lost: {next(line for line in last if CLEAR_LOSER.search(line))}")
     assert a.returncode == 0 or b.returncode == 0, "both concurrent writers failed"
     return notes
 

@@ -360,9 +360,7 @@ def _dynamic(node: ast.AST) -> bool:
         return any(isinstance(v, ast.FormattedValue) for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
         return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
-        return True
-    return False
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
 
 
 def _sql_text(node: ast.AST) -> str:
@@ -396,7 +394,8 @@ def sql_violations(source: str, rel: str) -> list[str]:
                 if _dynamic(arg):
                     found.append(f"{rel}:{node.lineno}: {name}() of a string built at run time")
                 elif name == "sql" and not isinstance(arg, ast.Constant) and not (
-                        isinstance(arg, ast.Call) and getattr(arg.func, "id", getattr(arg.func, "attr", "")) == "statement"):
+                        isinstance(arg, ast.Call)
+                        and getattr(arg.func, "id", getattr(arg.func, "attr", "")) == "statement"):
                     found.append(f"{rel}:{node.lineno}: sql() of {ast.unparse(arg)}, not a sql/ file or a constant")
             self.generic_visit(node)
 

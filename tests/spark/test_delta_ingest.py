@@ -40,7 +40,8 @@ def test_both_readers_quarantine_the_whole_catalogue_line_by_line(spark, tmp_pat
         spark_rows = sorted((r.line, r.reason) for r in rejected.collect())
         for local_row, spark_row in zip(local_rows, spark_rows, strict=False):
             assert local_row == spark_row, (path.name, local_row, spark_row)
-        assert len(local_rows) == len(spark_rows), (path.name, local_rows[len(spark_rows):], spark_rows[len(local_rows):])
+        assert len(local_rows) == len(spark_rows), (path.name, local_rows[len(spark_rows):],
+                                                    spark_rows[len(local_rows):])
         assert [line for line, _ in local_rows] == sorted(expected), path.name
         for line, reason in local_rows:
             assert expected[line] in reason, (path.name, line, reason)

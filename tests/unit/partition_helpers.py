@@ -38,11 +38,11 @@ class BruteStats:
 
     def count_in_rects(self, xmin, ymin, xmax, ymax):
         return np.array([int(self._inside(a, b, c, d).sum())
-                         for a, b, c, d in zip(xmin, ymin, xmax, ymax)], dtype=np.int64)
+                         for a, b, c, d in zip(xmin, ymin, xmax, ymax, strict=True)], dtype=np.int64)
 
     def count_keyword_in_rects(self, kw, xmin, ymin, xmax, ymax):
         out = []
-        for k, a, b, c, d in zip(np.atleast_1d(kw), xmin, ymin, xmax, ymax):
+        for k, a, b, c, d in zip(np.atleast_1d(kw), xmin, ymin, xmax, ymax, strict=True):
             ins = np.flatnonzero(self._inside(a, b, c, d))
             out.append(sum(1 for i in ins if int(k) in self.kw_sets[i]))
         return np.array(out, dtype=np.int64)

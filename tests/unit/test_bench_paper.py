@@ -10,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import NAMES_FILE, PLACE_FILE, require_real_data
 
+from conftest import NAMES_FILE, PLACE_FILE, require_real_data
 from dkmsks.bench.paper import PaperConfig, Store
 from dkmsks.cli import main
 from dkmsks.core.workload import WorkloadSpec
@@ -55,8 +55,8 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         assert len(ts["t"]) == p.T and ts["t"] == list(range(1, p.T + 1))
         assert sum(rec["worker_work_total"]) == sum(ts["work"])
         assert len(rec["worker_work_total"]) == p.m
-        assert all(w >= mn for w, mn in zip(ts["work"], ts["min_work"]))
-        assert all(lo <= hi for lo, hi in zip(ts["work_min"], ts["work_max"]))
+        assert all(w >= mn for w, mn in zip(ts["work"], ts["min_work"], strict=True))
+        assert all(lo <= hi for lo, hi in zip(ts["work_min"], ts["work_max"], strict=True))
         # per worker and timestamp: the work adds up to the totals, every new subscription is
         # placed once, and PS²Stream's count load moves by β per insertion and deletion
         pw = rec["workers"]
@@ -79,7 +79,7 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         for v in ("dkm/live", "sop/live", "ps2/live"):
             if v not in recs:
                 continue  # PS²Stream runs in the Figure 7 / Tables 2-3 streams only
-            assert all(a <= b for a, b in zip(recs[v]["ts"]["work"], kop)), (stream, v)
+            assert all(a <= b for a, b in zip(recs[v]["ts"]["work"], kop, strict=True)), (stream, v)
         assert sum(recs["dkm/live"]["ts"]["work"]) * 5 < sum(kop), stream
 
     # resume: a rerun finds every point and measures nothing

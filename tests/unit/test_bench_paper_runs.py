@@ -54,7 +54,7 @@ def test_runs_merge_into_per_timestamp_medians() -> None:
     assert merged["ts"]["work"] == [10, 20, 30]
     assert merge_runs(recs[:1])["ts"]["update"] == [1.0, 5.0, 9.0]
     # per-worker kNN times are merged the same way, timestamp by timestamp and worker by worker
-    for rec, t in zip(recs, (1.0, 3.0, 2.0)):
+    for rec, t in zip(recs, (1.0, 3.0, 2.0), strict=True):
         rec["workers"] = {"time": [[t, 10 * t]] * 3, "work": [[5, 5]] * 3}
     assert merge_runs(recs)["workers"]["time"] == [[2.0, 20.0]] * 3
     assert merge_runs(recs)["workers"]["work"] == [[5, 5]] * 3

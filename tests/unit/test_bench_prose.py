@@ -26,7 +26,8 @@ def source_tree(module: str) -> ast.Module:
 
 
 def prose_calls(module: str) -> list[ast.Call]:
-    return [n for n in ast.walk(source_tree(module)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "prose"]
+    return [n for n in ast.walk(source_tree(module))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "prose"]
 
 
 def block_names(node: ast.expr) -> list[str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import require_real_data
 
+from conftest import require_real_data
 from dkmsks.cli import main
 
 pytestmark = [pytest.mark.unit, pytest.mark.realdata]

@@ -8,9 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dkmsks.core.model import KnnResult, Op, Vocabulary, results_equal, describe_difference
+from dkmsks.core.model import KnnResult, Op, Vocabulary, describe_difference, results_equal
 from dkmsks.core.oracle import brute_force_knn, live_subscriptions, oracle_results
-
 from test_update import adversarial_case, knn_matrices
 
 pytestmark = pytest.mark.unit

@@ -21,8 +21,8 @@ from dkmsks.client import Change, Client
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
 from dkmsks.spark.journal import commit
-from dkmsks.spark.landing import RefusedRows, take_pending
 from dkmsks.spark.lake import Lake
+from dkmsks.spark.landing import RefusedRows, take_pending
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit

@@ -1,7 +1,8 @@
 """In-memory engine (core/engine.py): m simulated workers equal the oracle; metrics are sane.
 
-Until the partitioners are wired in, a round-robin main server written here places the
-subscriptions; initial states come from the oracle's brute-force kNN within ``O_init``.
+Most tests place the subscriptions with a round-robin main server written here, with initial
+states from the oracle's brute-force kNN within ``O_init``; the ``build_engine`` tests run the
+real initial phase (each method's plan and main server).
 """
 
 from __future__ import annotations
@@ -12,20 +13,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_update import METHODS, adversarial_case, knn_matrices, minimum_work
 
 from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import Engine, build_engine, initial_phase
 from dkmsks.core.model import (
     Objects,
-    Subscriptions,
     SubscriptionEvents,
+    Subscriptions,
     data_space,
     describe_difference,
     results_equal,
 )
 from dkmsks.core.oracle import brute_force_knn, live_subscriptions, oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from test_update import METHODS, adversarial_case, knn_matrices, minimum_work
 
 pytestmark = pytest.mark.unit
 
@@ -224,7 +225,8 @@ def test_core_modules_read_no_clock_and_no_spark() -> None:
 def test_build_engine_with_partitioner_equals_oracle(method: str, m: int) -> None:
     """The real initial phase: exact O_init kNN, the method's plan and main server."""
     objects, events = adversarial_case(60 + m, timestamps=6)
-    engine, setup = build_engine(PartitionConfig(method=method, workers=m, grid=4, theta=2, gamma1=3, gamma2=2), objects, events)
+    config = PartitionConfig(method=method, workers=m, grid=4, theta=2, gamma1=3, gamma2=2)
+    engine, setup = build_engine(config, objects, events)
     assert setup.plan.m == m and setup.n_subscriptions == len(live_subscriptions(events, 0))
     check_against_oracle(engine, objects, events, [2, 4, 6])
 
@@ -233,7 +235,8 @@ def test_build_engine_with_partitioner_equals_oracle(method: str, m: int) -> Non
 @pytest.mark.parametrize(("method", "m"), list(itertools.product(METHODS, [1, 2, 7, 20])))
 def test_build_engine_real_data_equals_oracle(method: str, m: int, real_workload: dict) -> None:
     objects, events = real_workload["workload"]
-    engine, setup = build_engine(PartitionConfig(method=method, workers=m, grid=64, theta=4, gamma1=50), objects, events)
+    config = PartitionConfig(method=method, workers=m, grid=64, theta=4, gamma1=50)
+    engine, setup = build_engine(config, objects, events)
     # Initial placement follows the plan.
     assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)
     metrics = check_against_oracle(engine, objects, events, [1, 3, 4], cache=real_workload["oracle"])

@@ -8,8 +8,6 @@ import itertools
 
 import numpy as np
 import pytest
-from test_engine import check_against_oracle
-from test_update import adversarial_case
 
 from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
@@ -18,6 +16,8 @@ from dkmsks.core.model import Subscriptions
 from dkmsks.core.oracle import live_subscriptions
 from dkmsks.core.worker_index import Ps2Index, make_index
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from test_engine import check_against_oracle
+from test_update import adversarial_case
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.unit
 def test_ps2_engine_equals_oracle_adversarial(m: int, new: str) -> None:
     """Ties, objects outside the data space, keywords absent from O_init, re-registered ids."""
     objects, events = adversarial_case(60 + m, timestamps=6)
-    engine, setup = build_engine(PartitionConfig(method="PS²Stream", workers=m, ps2_theta=2, ps2_new=new), objects, events)
+    config = PartitionConfig(method="PS²Stream", workers=m, ps2_theta=2, ps2_new=new)
+    engine, setup = build_engine(config, objects, events)
     assert engine.method == "ps2" and engine.workers[0].index.kind == "ps2"
     assert setup.plan.method.value == "ps2" and setup.plan.params["leaves"] > 1
     assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)

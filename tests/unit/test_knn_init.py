@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import KeywordSets, Objects, Subscriptions
 from dkmsks.core.oracle import INITIAL_REGISTRATION, brute_force_knn
-from dkmsks.core.knn_init import StaticKnnIndex
 
 pytestmark = pytest.mark.unit
 

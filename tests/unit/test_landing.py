@@ -16,6 +16,7 @@ import pytest
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
 from dkmsks.spark.journal import commit, last_processed
+from dkmsks.spark.lake import Lake
 from dkmsks.spark.landing import (
     RefusedRows,
     landing_lock,
@@ -25,7 +26,6 @@ from dkmsks.spark.landing import (
     sealed_through,
     take_pending,
 )
-from dkmsks.spark.lake import Lake
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit
@@ -49,7 +49,8 @@ def objects(*rows, source="batch.tsv"):
 def events(*rows, source="batch-events.tsv"):
     """Landing rows of events ``("insert", id, x, y, keywords, k, t)`` or ``("delete", id, t)``."""
     full = [r if r[0] == "insert" else (r[0], r[1], None, None, None, None, r[2]) for r in rows]
-    return pa.table({"op": [r[0] for r in full], "id": [r[1] for r in full], "x": pa.array([r[2] for r in full], pa.float64()),
+    return pa.table({"op": [r[0] for r in full], "id": [r[1] for r in full],
+                     "x": pa.array([r[2] for r in full], pa.float64()),
                      "y": pa.array([r[3] for r in full], pa.float64()),
                      "keywords": pa.array([r[4] for r in full], pa.list_(pa.string())),
                      "k": pa.array([r[5] for r in full], pa.int32()), "t": [r[6] for r in full],

@@ -12,16 +12,16 @@ import math
 
 import numpy as np
 import pytest
-from partition_helpers import BruteStats, ball_box, random_world, space_of
 
 from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import Objects, Op, Rect, Subscriptions, SubscriptionEvents, results_equal
+from dkmsks.core.model import Objects, Op, Rect, SubscriptionEvents, Subscriptions, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from partition_helpers import BruteStats, ball_box, random_world, space_of
 
 pytestmark = pytest.mark.unit
 
@@ -106,7 +106,7 @@ def test_refresh_reestimates_with_the_current_ball(world, method: str) -> None:
     brute = BruteStats(objects)
     radii2 = [9.0, 400.0, 0.25, math.inf]  # for 7000, 7001, 7002, 7003
     ids = [7002, 7000, 7003, 7001]  # any order; plus ids that are not live new subscriptions
-    r2_of = dict(zip([7000, 7001, 7002, 7003], radii2))
+    r2_of = dict(zip([7000, 7001, 7002, 7003], radii2, strict=True))
     n = server.refresh(ids + [int(subs.ids[0]), 123_456], [r2_of[i] for i in ids] + [1.0, 1.0])
     # 7001 reported inf = the radius it was costed with: skipped; KOP never re-estimates
     assert n == (0 if method == "kop" else 3)
@@ -122,7 +122,7 @@ def test_refresh_reestimates_with_the_current_ball(world, method: str) -> None:
     assert got_c.tolist() == [expect[int(s)] for s in new.ids]
     # C(w) = the plan's loads + the current costs of the new subscriptions on each worker
     loads = plan.load_weight.copy()
-    for sid, w in zip(new.ids.tolist(), workers):
+    for sid, w in zip(new.ids.tolist(), workers, strict=True):
         loads[w] += expect[sid]
     assert server.load_weight.tolist() == loads.tolist()
     # the initial subscription keeps its plan cost
@@ -184,7 +184,7 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
     o_init = objects.take(np.flatnonzero(objects.t <= 0))
     brute = BruteStats(o_init)
     space = plan.space
-    plan_w = dict(zip(plan.sub_ids.tolist(), plan.weight.tolist()))
+    plan_w = dict(zip(plan.sub_ids.tolist(), plan.weight.tolist(), strict=True))
     ins = events.take(np.flatnonzero((events.op == Op.INSERT) & (events.t > 0)))
     info = {int(ins.ids[i]): (float(ins.x[i]), float(ins.y[i]), ins.keywords.row(i).tolist(),
                               int(ins.k[i])) for i in range(len(ins))}
@@ -199,7 +199,7 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
         where = engine.where(np.array(sorted(res), dtype=np.int64))
         loads = np.zeros(3, dtype=np.int64)
         finite = 0
-        for sid, w in zip(sorted(res), where.tolist()):
+        for sid, w in zip(sorted(res), where.tolist(), strict=True):
             if sid in plan_w:
                 loads[w] += plan_w[sid]
                 continue

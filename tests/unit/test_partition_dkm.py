@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from dkmsks.core.model import Objects, Rect, Subscriptions
+from dkmsks.core.partition import SplitKind, partition
 from partition_helpers import (
     BruteKnn,
     BruteStats,
@@ -14,9 +17,6 @@ from partition_helpers import (
     reference_greedy,
     space_of,
 )
-
-from dkmsks.core.model import Objects, Rect, Subscriptions
-from dkmsks.core.partition import SplitKind, partition
 
 pytestmark = pytest.mark.unit
 

@@ -7,12 +7,12 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from partition_helpers import BruteKnn, BruteStats, ball_box, radius2_of, random_world, space_of
 
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Rect
 from dkmsks.core.partition import Method, PartitionPlan, SplitKind, partition
 from dkmsks.core.stats import ObjectStatistics
+from partition_helpers import BruteKnn, BruteStats, ball_box, radius2_of, random_world, space_of
 
 pytestmark = pytest.mark.unit
 

@@ -10,13 +10,13 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from partition_helpers import ball_box, random_world, space_of
 
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Rect, Subscriptions
 from dkmsks.core.partition import MainServer, Method, PartitionPlan, SplitKind, partition
 from dkmsks.core.partition.ps2 import ps2_partition, route_home, two_groups
 from dkmsks.core.stats import ObjectStatistics
+from partition_helpers import ball_box, random_world, space_of
 
 pytestmark = pytest.mark.unit
 
@@ -209,7 +209,8 @@ def test_two_groups_equals_a_plain_greedy_loop() -> None:
 # ---------------------------------------------------------------------------- parameters
 @pytest.mark.parametrize("kw, match", [
     ({"ps2_theta": 0}, "ps2_theta must be"), ({"ps2_rho": 0.4}, "ps2_rho must be at least 0.5"),
-    ({"ps2_rho": 1.0}, "ps2_rho must be below 1"), ({"ps2_rho": True}, "ps2_rho"), ({"ps2_alpha": -1}, "ps2_alpha must be"),
+    ({"ps2_rho": 1.0}, "ps2_rho must be below 1"), ({"ps2_rho": True}, "ps2_rho"),
+    ({"ps2_alpha": -1}, "ps2_alpha must be"),
     ({"ps2_beta": 0.5}, "ps2_beta must be"), ({"ps2_alpha": 0, "ps2_beta": 0}, "cannot both be 0"),
 ])
 def test_bad_parameters(kw, match) -> None:

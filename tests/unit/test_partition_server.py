@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from partition_helpers import BruteKnn, BruteStats, ball_box, random_world, space_of
 
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Rect, Subscriptions
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.partition.server import RectIndex
 from dkmsks.core.stats import ObjectStatistics
+from partition_helpers import BruteKnn, BruteStats, ball_box, random_world, space_of
 
 pytestmark = pytest.mark.unit
 

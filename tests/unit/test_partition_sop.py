@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from partition_helpers import BruteStats, random_world, space_of
 
 from dkmsks.core.model import Objects, Rect, Subscriptions
 from dkmsks.core.partition import partition
+from partition_helpers import BruteStats, random_world, space_of
 
 pytestmark = pytest.mark.unit
 

@@ -177,7 +177,7 @@ def test_real_data_slice(rng: np.random.Generator) -> None:
     cx, cy = objects.x[centre], objects.y[centre]
     q_local = (cx - half, cy - half, cx + half, cy + half)
     q_mix = random_rects(rng, objects, m)
-    q = tuple(np.concatenate([a, b]) for a, b in zip(q_local, q_mix))
+    q = tuple(np.concatenate([a, b]) for a, b in zip(q_local, q_mix, strict=True))
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
     # Keywords of the centre object (so counts are mostly non-zero) and random ids.
     own_kw = objects.keywords.ids[objects.keywords.ptr[centre]]

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from dkmsks.core.model import Objects, Op, Rect, Results, SubscriptionEvents
+from dkmsks.core.oracle import live_subscriptions, oracle_results
+from dkmsks.core.worker_index import GridIndex, Postings, make_index
+from dkmsks.core.workload import WorkloadSpec, generate_workload
 from test_update import (
     METHODS,
     adversarial_case,
@@ -13,11 +18,6 @@ from test_update import (
     events_from_rows,
     initial_worker,
 )
-
-from dkmsks.core.model import Objects, Op, Rect, Results, SubscriptionEvents
-from dkmsks.core.oracle import live_subscriptions, oracle_results
-from dkmsks.core.worker_index import GridIndex, Postings, make_index
-from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +59,7 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
         keys = rng.integers(0, 30, 200).astype(np.int64)
         rows = rng.integers(0, 50, 200).astype(np.int64)
         p.insert(keys, rows, epoch[rows])
-        for k, r in zip(keys.tolist(), rows.tolist()):
+        for k, r in zip(keys.tolist(), rows.tolist(), strict=True):
             ref.setdefault(k, []).append(r)
         dead = rng.choice(50, 3, replace=False)
         epoch[dead] += 1  # every entry of these rows is now stale
@@ -70,7 +70,7 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
         q = rng.integers(-2, 33, 40).astype(np.int64)
         got: dict[int, list[int]] = {}
         for owner, rows_out in p.pairs(q, np.arange(40, dtype=np.int64), epoch, budget=17):
-            for o, r in zip(owner.tolist(), rows_out.tolist()):
+            for o, r in zip(owner.tolist(), rows_out.tolist(), strict=True):
                 got.setdefault(o, []).append(r)
         for i, key in enumerate(q.tolist()):
             assert sorted(got.get(i, [])) == sorted(ref.get(key, []))
@@ -126,7 +126,7 @@ def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
         batch = objects.take(np.flatnonzero(objects.t == t))
         cand = set()
         for obj, rows in worker.index.candidates(worker.state, batch):
-            cand.update(zip(batch.ids[obj].tolist(), worker.state.sub_id[rows].tolist()))
+            cand.update(zip(batch.ids[obj].tolist(), worker.state.sub_id[rows].tolist(), strict=True))
         need = in_ball_pairs(objects, events, t, before)
         assert need <= cand, sorted(need - cand)[:5]
         worker.process(batch)
@@ -175,7 +175,7 @@ def test_grid_pyramid_levels() -> None:
     index.add(state, rows)
     index.maintain(state, force=True)
     cells = (index.postings.keys >> 32).tolist()
-    posted = dict(zip(cells, np.diff(index.postings.ptr).tolist()))
+    posted = dict(zip(cells, np.diff(index.postings.ptr).tolist(), strict=True))
     assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
     assert posted.pop(index.wide_cell) == 1  # the infinite ball
     # r = 4.3 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
@@ -222,13 +222,13 @@ def test_candidates_are_the_key_join_of_probe_and_entries(method: str, grid: int
     state, index = worker.state, worker.index
     batch = objects.take(np.flatnonzero(objects.t == 1))
     got = sorted(
-        (int(o), int(r)) for obj, rows in index.candidates(state, batch) for o, r in zip(obj, rows)
+        (int(o), int(r)) for obj, rows in index.candidates(state, batch) for o, r in zip(obj, rows, strict=True)
     )
     keys, rows = index.entries(state, state.live_rows())
     qkeys, owner = index.probe(batch)
     joined = sorted(
         (int(o), int(r))
-        for qk, o in zip(qkeys.tolist(), owner.tolist())
+        for qk, o in zip(qkeys.tolist(), owner.tolist(), strict=True)
         for r in rows[keys == qk].tolist()
     )
     assert got == joined and len(got) > 0

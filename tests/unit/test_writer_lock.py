@@ -4,7 +4,6 @@ a killed holder releases it, and the lock is re-entrant within a process."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,9 +34,9 @@ def test_a_second_writer_waits_then_fails_naming_the_holder(tmp_path):
     proc = _holder(path)
     try:
         started = time.monotonic()
-        with pytest.raises(WriterBusy, match=r"micro-batch test-run pid \d+"):
-            with file_lock(path, "repartition", timeout=0.5):
-                pass
+        with (pytest.raises(WriterBusy, match=r"micro-batch test-run pid \d+"),
+              file_lock(path, "repartition", timeout=0.5)):
+            pass
         assert time.monotonic() - started >= 0.5
     finally:
         proc.kill()

@@ -64,6 +64,8 @@ def journal_batch(rows: int, t: int, schema=None):
 
 
 def measure(rows: int, runs: int, warmup: int, work: Path) -> dict:
+    """Both ways' append times (alternated, warm-ups dropped), the rows that landed and whether
+    a replayed transaction version was skipped, in a fresh warehouse under ``work``."""
     from dkmsks.spark import tables
     from dkmsks.spark.delta_io import insert
     from dkmsks.spark.lake import Lake
@@ -107,6 +109,7 @@ def measure(rows: int, runs: int, warmup: int, work: Path) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench append``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
     p = argparse.ArgumentParser(prog="dkm bench append", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1000, help="journal records per append (%(default)s)")
     p.add_argument("--runs", type=int, default=15, help="timed appends each way (%(default)s)")

@@ -49,6 +49,7 @@ def step(cmd: list[str], log: Path, *, sample_memory: bool = False) -> dict:
 
 
 def spark_app(name: str) -> list[str]:
+    """The command line that runs ``spark_apps/<name>.py`` with this interpreter."""
     return [PY, str(REPO / "spark_apps" / f"{name}.py")]
 
 
@@ -96,6 +97,7 @@ def metrics(warehouse: Path) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench backlog``: run the benchmark; the exit status (1 when the export differs from the oracle)."""
     p = argparse.ArgumentParser(prog="dkm bench backlog", description=__doc__.splitlines()[0])
     p.add_argument("--o-init", type=int, default=100_000)
     p.add_argument("--subscriptions", type=int, default=100_000)
@@ -148,16 +150,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.save()
 
     m, mb = results.data["metrics"], steps["microbatch"]
-    f, l = m["first_100"], m["last_100"]
+    first, last = m["first_100"], m["last_100"]
     print(f"\ncommit {results.data['commit']}\n")
-    print("| |O_init| | |S| | timestamps | m | one run | peak RSS | ledger | export = oracle |\n|---|---|---|---|---|---|---|---|")
+    print("| |O_init| | |S| | timestamps | m | one run | peak RSS | ledger | export = oracle |\n"
+          "|---|---|---|---|---|---|---|---|")
     print(f"| {a.o_init:,} | {a.subscriptions:,} | {a.timestamps:,} | {a.workers} | {mb['seconds']:.0f} s | "
           f"{mb['peak_rss_mb']:,} MiB | {m['ledger']['distinct']:,} distinct of {m['ledger']['rows']:,} rows | "
           f"{results.data.get('export_equals_oracle', 'not checked')} |")
-    p = m["previous_100"] or {}  # none on a run shorter than 200 timestamps
+    prev = m["previous_100"] or {}  # none on a run shorter than 200 timestamps
     print("\n| per timestamp | first 100 | the 100 before the last | last 100 |\n|---|---|---|---|")
     for key in ("worker_ms_median", "worker_ms_mean", "knn_ms_median", "pairs_tested_mean", "pairs_in_ball_mean",
                 "work_max_over_mean", "live_subscriptions_mean"):
-        print(f"| {key} | {f[key]:,} | {format(p[key], ',') if key in p else '–'} | {l[key]:,} |")
+        print(f"| {key} | {first[key]:,} | {format(prev[key], ',') if key in prev else '–'} | {last[key]:,} |")
     print(f"\nrun phases: {m['run_phases_ms']}\nraw: {results.path}")
     return 0 if results.data.get("export_equals_oracle", True) else 1

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dkmsks.bench.common import load_average, provenance, say, write_doc_section
-from dkmsks.spark.sql_files import statement
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
+from dkmsks.spark.sql_files import statement
 
 prose = Prose.load("catalog")
 
@@ -44,7 +44,7 @@ def _one_run(mode: str, warehouse: str, metastore: str) -> dict[str, float]:
     from dkmsks.spark.sql_files import run_sql
     from dkmsks.warehouse import Warehouse
 
-    wh = Warehouse(warehouse)
+    wh = Warehouse(Path(warehouse))
     conf = session_conf(wh)
     builder = SparkSession.builder.appName(f"bench-catalog-{mode}")
     if mode == "derby":
@@ -66,6 +66,7 @@ def _one_run(mode: str, warehouse: str, metastore: str) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench catalog``: run the benchmark (or, with ``--child``, one measured run); the exit status."""
     p = argparse.ArgumentParser(prog="dkm bench catalog", description=__doc__.splitlines()[0])
     p.add_argument("--warehouse", type=Path, required=True, help="a warehouse with a partitioned pipeline")
     p.add_argument("--runs", type=int, default=3, help="fresh JVMs per mode (%(default)s)")

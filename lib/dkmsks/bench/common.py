@@ -8,6 +8,7 @@ measure the core and the pipeline. Every result a benchmark saves carries
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
@@ -51,6 +52,7 @@ DATASET_NAMES = {"place": "Place", "twitter": "Twitter stand-in"}
 
 
 def dataset_path(name: str, *, must_exist: bool = False) -> Path:
+    """The path of the real data set ``name`` under the data folder; with ``must_exist``, it must be there."""
     try:
         path = data_dir() / DATASETS[name]
     except KeyError:
@@ -131,6 +133,7 @@ def available_memory_gib() -> float:
 
 
 def load_average() -> float:
+    """The one-minute load average (``nan`` where the system has none)."""
     try:
         return os.getloadavg()[0]
     except OSError:
@@ -156,6 +159,7 @@ def git_commit(root: Path = REPO) -> str:
 
 
 def utc_now() -> str:
+    """The current UTC time, to the minute, as the reports print it."""
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -181,14 +185,17 @@ class ResultFile:
                                      "errors": {}}
 
     def put(self, key: str, value: Any) -> None:
+        """Record the result of step ``key`` and save the file."""
         self.data["steps"][key] = value
         self.save()
 
     def error(self, key: str, err: BaseException) -> None:
+        """Record that step ``key`` failed with ``err`` (its one-line message) and save the file."""
         self.data["errors"][key] = "".join(traceback.format_exception_only(type(err), err)).strip()
         self.save()
 
     def save(self) -> None:
+        """Write the results to the JSON file (its folder is created)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
 
@@ -216,10 +223,8 @@ class PeakMemory:
             return 0
         total = 0
         for p in procs:
-            try:
+            with contextlib.suppress(self._psutil.Error):
                 total += p.memory_info().rss
-            except self._psutil.Error:
-                pass
         return total
 
     def _run(self) -> None:
@@ -228,6 +233,7 @@ class PeakMemory:
             self._stop.wait(self.interval)
 
     def start(self) -> PeakMemory:
+        """Start sampling; returns ``self``."""
         self._thread.start()
         return self
 
@@ -240,6 +246,8 @@ class PeakMemory:
 
 @dataclass(frozen=True)
 class CommandRun:
+    """How a command ended: exit status, wall time, output and, when sampled, its peak memory."""
+
     returncode: int
     seconds: float
     stdout: str
@@ -282,9 +290,6 @@ def write_doc_section(path: Path, name: str, text: str) -> None:
     block = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.exists() else "# Benchmarks\n\n"
     pattern = re.compile(re.escape(begin.split(" (")[0]) + r".*?" + re.escape(end) + r"\n?", re.S)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: block, old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
+    new = pattern.sub(lambda _: block, old, count=1) if pattern.search(old) else old.rstrip("\n") + "\n\n" + block
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new)

@@ -37,8 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, dataset_path, describe_machine, git_commit, load_average, load_objects, \
-    machine, utc_now, write_doc_section
+from dkmsks.bench.common import (
+    REPO,
+    dataset_path,
+    describe_machine,
+    git_commit,
+    load_average,
+    load_objects,
+    machine,
+    utc_now,
+    write_doc_section,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, ratio
 from dkmsks.core.engine import Engine, TimestampMetrics, initial_phase
@@ -69,6 +78,7 @@ class StreamRun:
     metrics: list[TimestampMetrics] = field(default_factory=list)
 
     def per_ts(self, key: str) -> list[float]:
+        """The metric ``key`` of every timestamp of the run."""
         return [float(m.as_dict()[key]) for m in self.metrics]
 
 
@@ -84,6 +94,7 @@ class Variant:
 
     @property
     def label(self) -> str:
+        """The variant's name in the report."""
         name = NAMES[self.method] + ("" if self.new_cost == "live" else f" ({self.new_cost} est.)")
         return name if self.inserts else name + " (no insertions)"
 
@@ -92,9 +103,11 @@ class Variant:
         return median([median(r.per_ts(key)) for r in self.runs])
 
     def work(self) -> list[int]:
+        """The work (pairs tested) of every timestamp of the first run."""
         return [m.work for m in self.runs[0].metrics]
 
     def imbalance(self) -> list[float]:
+        """The work imbalance (max / mean over workers) of every timestamp of the first run."""
         return [m.work_imbalance for m in self.runs[0].metrics]
 
     def cumulative_imbalance(self) -> float:
@@ -103,11 +116,13 @@ class Variant:
         return float(tot.max() / tot.mean()) if tot.size and tot.mean() > 0 else 1.0
 
     def min_work(self) -> list[int]:
+        """The minimum possible work of every timestamp of the first run."""
         return [m.min_work for m in self.runs[0].metrics]
 
 
 def run_stream(method: str, new_cost: str, space, workers: int, plan, stats, knn_index,
                subs, knn, objects, events, grid: int) -> StreamRun:
+    """Load the initial state into an engine with ``method``'s main server and run the stream through it."""
     server = MainServer(plan, stats, knn_index, new_cost=new_cost)
     engine = Engine(method, space, workers, server, clock=time.perf_counter, grid=grid)
     c0 = time.perf_counter()
@@ -119,6 +134,7 @@ def run_stream(method: str, new_cost: str, space, workers: int, plan, stats, knn
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench core``: run the benchmark and write its report; the exit status."""
     ap = argparse.ArgumentParser(prog="dkm bench core", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one run")
     ap.add_argument("--objects", type=int, default=None, help="|O_init| (1,000,000; quick 50,000)")
@@ -217,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def fmt_ms(s: float) -> str:
+    """Seconds as milliseconds with one decimal."""
     return f"{1e3 * s:.1f}"
 
 
@@ -226,13 +243,15 @@ def _row(*cells: object) -> str:
 
 def report(variants: list[Variant], extra: list[Variant], knn_s: float, stats_s: float, params: dict,
            command: str, elapsed: float, loads: tuple[float, float]) -> str:
+    """The markdown report of the measured variants."""
     mach = machine()
     by = {v.method: v for v in variants}
     methods = ("kop", "sop", "dkm")
     out = [prose("head", command=command, commit=git_commit(), date=utc_now(), minutes=f"{elapsed / 60:.1f}",
                  machine=describe_machine(mach), cores=mach["nproc"], load_start=f"{loads[0]:.1f}",
                  load_end=f"{loads[1]:.1f}",
-                 parameters=", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}" for k, v in params.items()))]
+                 parameters=", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}"
+                                      for k, v in params.items()))]
     part = {m: median(by[m].partition_s) for m in methods}
     load = {m: median([r.load_s for r in by[m].runs]) for m in methods}
     total = {"kop": stats_s + part["kop"], "sop": knn_s + stats_s + part["sop"], "dkm": knn_s + stats_s + part["dkm"]}
@@ -261,8 +280,10 @@ def report(variants: list[Variant], extra: list[Variant], knn_s: float, stats_s:
         out.append(prose("extras", other=other, new_cost=params["new-subscription cost"],
                          inserts_per_ts=params["inserts/ts"]))
     d = by["dkm"]
-    ratios = {m: (ratio(sum(d.work()), sum(by[m].work())), ratio(d.ts_median("update_time"), by[m].ts_median("update_time")),
-                  ratio(d.ts_median("wall"), by[m].ts_median("wall")), ratio(median(d.imbalance()), median(by[m].imbalance())))
+    ratios = {m: (ratio(sum(d.work()), sum(by[m].work())),
+                  ratio(d.ts_median("update_time"), by[m].ts_median("update_time")),
+                  ratio(d.ts_median("wall"), by[m].ts_median("wall")),
+                  ratio(median(d.imbalance()), median(by[m].imbalance())))
               for m in ("kop", "sop")}
     out.append(prose("ratios") + "\n\n" + "\n".join(
         ["| ratio | vs KOP | vs SOP |", "|---|---:|---:|"]

@@ -31,6 +31,7 @@ from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench core-init``: time the initial phase's building blocks; the exit status."""
     ap = argparse.ArgumentParser(prog="dkm bench core-init", description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--subscriptions", type=int, default=1_000_000)

@@ -20,12 +20,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dkmsks.bench.common import provenance
 from dkmsks.bench.stats import median
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench follow``: time rounds of a follow session; the exit status."""
     p = argparse.ArgumentParser(prog="dkm bench follow", description=__doc__.splitlines()[0])
     p.add_argument("--warehouse", type=Path, required=True)
     p.add_argument("--database", default="default", help="database holding the pipeline's tables")
@@ -62,13 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         session = FollowSession(spark, warehouse, run_id="bench-follow")
         session.start()
         out["startup_s"] = time.perf_counter() - started
-        rounds = []
+        rounds: list[dict[str, Any]] = []
         try:
             for _ in range(args.timestamps):
                 t0 = time.perf_counter()
                 report = session.step(max_timestamps=1)
                 rounds.append({"t": report.timestamps[0], "seconds": time.perf_counter() - t0,
-                               "objects": report.objects, "phases_s": {k: v / 1e3 for k, v in report.phases_ms.items()}})
+                               "objects": report.objects,
+                               "phases_s": {k: v / 1e3 for k, v in report.phases_ms.items()}})
             if args.backlog:
                 t0 = time.perf_counter()
                 report = session.step(max_timestamps=args.backlog)

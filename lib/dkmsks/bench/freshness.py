@@ -38,6 +38,8 @@ from dkmsks.bench.stats import median
 
 prose = Prose.load("freshness")
 DKM = [str(Path(sys.executable).with_name("dkm"))]
+#: Each Spark-free reader answers within this many seconds at |S| = 1M (issue 13.6).
+READER_TARGET = 2.0
 TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 2.0, "catchup_ops": 20_000.0}
 
 
@@ -56,7 +58,7 @@ def reader_main(warehouse: str, out: str, sub_ids: str, period: float) -> int:
     from dkmsks.spark.session import build_session
     from dkmsks.warehouse import Warehouse
 
-    spark = build_session(Warehouse(warehouse), app_name="bench-freshness-reader")
+    spark = build_session(Warehouse(Path(warehouse)), app_name="bench-freshness-reader")
     ids = [int(s) for s in sub_ids.split(",")]
     stop = Path(out + ".stop")
     with open(out, "a", encoding="utf-8") as fh:
@@ -98,9 +100,11 @@ class LedgerWatch(threading.Thread):
         super().__init__(daemon=True)
         from dkmsks.spark.lake import Lake
 
-        self.lake, self.period, self.seen, self.halt = Lake.of(warehouse), period, {}, threading.Event()
+        self.lake, self.period, self.halt = Lake.of(warehouse), period, threading.Event()
+        self.seen: dict[int, float] = {}
 
     def run(self) -> None:
+        """Poll the ledger until halted, noting when each timestamp first became visible."""
         from dkmsks.spark.journal import last_processed
 
         while not self.halt.is_set():
@@ -112,6 +116,7 @@ class LedgerWatch(threading.Thread):
             self.halt.wait(self.period)
 
     def wait_for(self, t: int, timeout: float) -> bool:
+        """Whether timestamp ``t`` became visible within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if t in self.seen:
@@ -120,7 +125,36 @@ class LedgerWatch(threading.Thread):
         return False
 
 
+def _time_readers(warehouse, client, sub_id: int, last_t: int, work: Path, runs: int) -> dict[str, float]:
+    """Median seconds of each Spark-free reader, each run a fresh process as a user starts it
+    (``Client.results`` in this warm process)."""
+    wh = str(warehouse.root)
+    commands = {
+        "dkm status": [*DKM, "status", "--warehouse", wh],
+        "dkm results": [*DKM, "results", "--warehouse", wh, "--sub", str(sub_id)],
+        "dkm watch (one timestamp)": [*DKM, "watch", "--warehouse", wh, "--sub", str(sub_id),
+                                      "--from", str(last_t - 1), "--until", str(last_t)],
+        "dkm export (every subscription)": [*DKM, "export", "--warehouse", wh, "--out", str(work / "export.jsonl")],
+    }
+    timings: dict[str, float] = {}
+    for name, cmd in commands.items():
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            seconds.append(time.perf_counter() - started)
+        timings[name] = median(seconds)
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        client.results(sub_id)
+        seconds.append(time.perf_counter() - started)
+    timings["Client.results (warm process)"] = median(seconds)
+    return timings
+
+
 def run(args: argparse.Namespace) -> dict:
+    """Publish the workload timestamp by timestamp and measure when each becomes visible."""
     from dkmsks.client import Client
     from dkmsks.core.workload import WorkloadSpec, generate_workload
     from dkmsks.io.formats import write_events, write_objects
@@ -202,7 +236,7 @@ def run(args: argparse.Namespace) -> dict:
         client.publish(objects=rows_o, events=rows_e)
         burst_call, burst_returned = time.perf_counter() - c0, time.time()
         if not watch.wait_for(total_t, 1800):
-            raise RuntimeError(f"the burst was not committed within 30 minutes")
+            raise RuntimeError("the burst was not committed within 30 minutes")
         burst_s = watch.seen[total_t] - burst_returned
         rec.put("burst", {"timestamps": burst, "objects": len(rows_o), "events": len(rows_e), "call_s": burst_call,
                           "seconds": burst_s, "objects_per_s": len(rows_o) / burst_s})
@@ -221,6 +255,10 @@ def run(args: argparse.Namespace) -> dict:
             follow.kill()
         follow_log.close()
 
+    say("the Spark-free readers at this size (follow stopped)")
+    watched = int(next(r["id"] for r in stream[1][1] if r.get("op") == "insert"))
+    rec.put("readers", _time_readers(warehouse, client, watched, total_t, work, args.reader_runs))
+
     answers = [json.loads(line) for line in reader_out.read_text().splitlines() if line.strip()]
     per_t = []
     for t, c in sorted(calls.items()):
@@ -238,6 +276,7 @@ def run(args: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- the report
 def summary(d: dict) -> dict[str, float]:
+    """The headline numbers of a measurement (medians, percentiles, catch-up rate)."""
     per_t = d["steps"]["per_timestamp"]
     calls = [r["call_s"] for r in per_t]
     commit = [r["fresh_commit_s"] for r in per_t if r["fresh_commit_s"] is not None]
@@ -255,6 +294,7 @@ def summary(d: dict) -> dict[str, float]:
 
 
 def report(d: dict) -> str:
+    """The markdown report of a measurement, with each target met or not."""
     s, p = summary(d), d["params"]
     met = {key: (s[key] >= limit if key == "catchup_ops" else s[key] <= limit) for key, limit in TARGETS.items()}
     bounded = s["last_third"] <= max(1.5 * s["first_third"], s["first_third"] + 0.25)
@@ -271,9 +311,16 @@ def report(d: dict) -> str:
               query_p50=f"{s['query_p50']:.2f}", query_p95=f"{s['query_p95']:.2f}", queries=s["queries"],
               catchup=f"{s['catchup_ops']:,.0f}", burst_objects=f"{b['objects']:,}", burst_s=f"{b['seconds']:.1f}",
               publish_ok=_ok(met["publish_p50"]), fresh_ok=_ok(met["fresh_p50"] and met["fresh_p95"]),
+              fresh_sql_ok=_ok(s["fresh_sql_p50"] <= TARGETS["fresh_p50"]
+                               and s["fresh_sql_p95"] <= TARGETS["fresh_p95"]),
               query_ok=_ok(met["query_p50"]), catchup_ok=_ok(met["catchup_ops"])),
         prose("lag.bounded" if bounded else "lag.grows", first=f"{s['first_third']:.2f}",
               last=f"{s['last_third']:.2f}"),
+        *([prose("readers", subs=f"{p['subscriptions']:,}", runs=p.get("reader_runs", 3)),
+           "\n".join(["| reader | median (s) | ≤ 2 s |", "|---|---:|---|",
+                      *(f"| {name} | {sec:.2f} | {_ok(sec <= READER_TARGET)} |"
+                        for name, sec in d["steps"]["readers"].items())])]
+          if "readers" in d["steps"] else []),
     ])
 
 
@@ -282,6 +329,7 @@ def _ok(met: bool) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench freshness`` (or, with ``--reader``, the SQL reader process); the exit status."""
     if argv and argv[0] == "--reader":
         return reader_main(argv[1], argv[2], argv[3], float(argv[4]))
     p = argparse.ArgumentParser(prog="dkm bench freshness", description=__doc__.splitlines()[0])
@@ -293,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=100, help="then this many timestamps in one call (%(default)s)")
     p.add_argument("--poll", type=float, default=0.1, help="follow mode's poll interval (%(default)s)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--reader-runs", type=int, default=3, help="runs of each Spark-free reader (%(default)s)")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "freshness")
     p.add_argument("--keep", action="store_true", help="reuse the workload and warehouse of an earlier run")
     p.add_argument("--quick", action="store_true", help="20k/20k, m = 4, 10 + 10 timestamps")

@@ -12,8 +12,9 @@ subscription in a Delta table exploded by keyword, and for each timestamp
 
 Tables (in the current database): ``naive_subs(sub_id, x, y, k, keyword)`` and
 ``naive_results(sub_id, object_ids, d2)``; a live subscription without a row in
-``naive_results`` has an empty result. The statements are ``sql/bench/naive_*.sql``. Reads the pipeline's landing tables ``objects`` and
-``subscription_events`` (so both approaches see the same, validated data).
+``naive_results`` has an empty result. The statements are ``sql/bench/naive_*.sql``. Reads the
+pipeline's landing tables ``objects`` and ``subscription_events`` (so both approaches see the
+same, validated data).
 
 The initial state is either computed the same naive way from ``O_init`` (:func:`naive_initial`,
 feasible for small workloads only) or copied from the pipeline's current state (``knn_current``)
@@ -39,6 +40,8 @@ _FIRST_T = int(np.iinfo(np.int64).min)
 
 @dataclass
 class NaiveStep:
+    """What one naive timestamp did: its objects, the candidate pairs, the changed results and phase times."""
+
     t: int
     objects: int
     candidate_pairs: int
@@ -47,6 +50,7 @@ class NaiveStep:
 
     @property
     def total_ms(self) -> float:
+        """The timestamp's time over all phases, in milliseconds."""
         return sum(self.phases_ms.values())
 
 

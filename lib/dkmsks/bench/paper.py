@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -116,9 +116,11 @@ class Point:
                                ps2_new=Ps2New.from_str(self.ps2_new))
 
     def workload(self) -> tuple[str, int, int, int, int]:
+        """The workload's identity: points with the same tuple share the generated workload."""
         return (self.dataset, self.o_init, self.subs, self.k_max, self.seed)
 
     def est_seconds(self) -> float:
+        """A rough run time of the point in seconds, to order and report progress."""
         scale = max(self.subs, 1) / 1e6 * _EST_DATASET.get(self.dataset, 1.0)
         return 2.0 + self.T * _EST_TS_S[self.method] * scale
 
@@ -165,11 +167,13 @@ class PaperConfig:
                    subs_values=(10_000, 20_000), k_values=(5, 10), grid=1024, quick=True)
 
     def subs_of(self, dataset: str, series: bool) -> int:
+        """``|S|`` on ``dataset`` for the Figure 7 series (``series``) or the sweeps."""
         if series:
             return self.series_subs.get(dataset, self.subs)
         return self.sweep_subs if self.sweep_subs is not None else self.subs
 
     def base(self, dataset: str, *, series: bool = True, **over: Any) -> Point:
+        """The default point on ``dataset`` with the fields of ``over`` replaced."""
         p = Point(dataset=dataset, o_init=self.o_init, subs=self.subs_of(dataset, series), k_max=self.k_max, m=self.m,
                   method="dkm", new_cost="live", T=self.t_series, seed=self.seed, theta=self.theta,
                   gamma1=self.gamma1, gamma2=self.gamma2, grid=self.grid, ps2_theta=self.ps2_theta,
@@ -177,6 +181,7 @@ class PaperConfig:
         return replace(p, **over)
 
     def sweep_values(self, fig: str, dataset: str) -> tuple[str, tuple[int, ...]]:
+        """The parameter a sweep figure varies and its values on ``dataset``."""
         if fig == "fig8":
             return "m", self.ms
         if fig == "fig9":
@@ -186,6 +191,7 @@ class PaperConfig:
         raise ValueError(f"{fig} is not a sweep")
 
     def series_point(self, dataset: str, method: str, new_cost: str, run: int = 0) -> Point:
+        """The Figure 7 point of a variant."""
         return self.base(dataset, method=method, new_cost=new_cost, run=run)
 
     def table_point(self, dataset: str, method: str, new_cost: str, run: int = 0) -> Point:
@@ -200,6 +206,7 @@ class PaperConfig:
 
     def sweep_point(self, fig: str, dataset: str, value: int, method: str, new_cost: str,
                     run: int = 0) -> Point:
+        """The point of sweep ``fig`` at ``value`` for a variant."""
         name, _ = self.sweep_values(fig, dataset)
         return self.base(dataset, series=False, method=method, new_cost=new_cost, T=self.t_sweep,
                          run=run, **{name: value})
@@ -210,8 +217,9 @@ class PaperConfig:
         return replace(p, T=self.t_series)
 
     def covered_by_series(self, p: Point) -> bool:
+        """Whether the Figure 7 run of the same variant measures ``p`` too (its first ``p.T`` timestamps)."""
         twin = self.series_twin(p)
-        return (p.T <= self.t_series and any(
+        return (self.t_series >= p.T and any(
             twin == self.series_point(p.dataset, me, nc, p.run) for me, nc in self.variants_series))
 
     def plan(self) -> list[Point]:
@@ -253,6 +261,14 @@ class PaperConfig:
 
 
 # --------------------------------------------------------------------------- results store
+class Keyed(Protocol):
+    """A point the store can hold: a :class:`Point` or a Spark point."""
+
+    def key(self) -> str:
+        """The point's identity in the store."""
+        ...
+
+
 class Store:
     """``DIR/results-<dataset>.jsonl``: one JSON object per finished (or failed) point,
     appended (one file per data set, so two processes may measure two data sets at once)."""
@@ -271,14 +287,17 @@ class Store:
                     continue  # a line cut by an interruption
                 self.records[rec["key"]] = rec  # a later line wins
 
-    def done(self, p: Point) -> bool:
+    def done(self, p: Keyed) -> bool:
+        """Whether ``p`` was measured successfully."""
         rec = self.records.get(p.key())
         return rec is not None and rec.get("status") == "ok"
 
-    def get(self, p: Point) -> dict[str, Any] | None:
+    def get(self, p: Keyed) -> dict[str, Any] | None:
+        """The record of ``p``, or ``None``."""
         return self.records.get(p.key())
 
     def add(self, rec: dict[str, Any]) -> None:
+        """Append a record to its data set's file and keep it."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with (self.dir / f"results-{rec['point']['dataset']}.jsonl").open("a") as fh:
             fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
@@ -346,9 +365,11 @@ class Runner:
         self._sources: dict[str, tuple[Any, Any]] = {}
 
     def say(self, text: str) -> None:
+        """A progress line, on stderr and in the log."""
         say(text, self.log)
 
     def pending(self) -> list[Point]:
+        """The planned points not yet measured successfully."""
         return [p for p in self.cfg.plan() if not self.store.done(p)]
 
     def run(self, points: Sequence[Point] | None = None) -> int:
@@ -524,6 +545,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line of ``dkm bench paper``."""
     d = PaperConfig()
     q = argparse.ArgumentParser(
         prog="dkm bench paper",
@@ -545,7 +567,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     q.add_argument("--out", type=Path, default=None,
                    help="results folder (default .cache/bench/paper, quick: .cache/bench/paper-quick)")
     q.add_argument("--docs", type=Path, default=None,
-                   help="markdown report to write (default docs/paper-reproduction.md; quick: OUT/paper-reproduction.md)")
+                   help="markdown report to write "
+                        "(default docs/paper-reproduction.md; quick: OUT/paper-reproduction.md)")
     q.add_argument("--img-dir", type=Path, default=None,
                    help="folder for the PNG plots (default docs/img/paper; quick: OUT/img)")
     q.add_argument("--datasets", type=_names, default=d.datasets, help="place,twitter (%(default)s)")
@@ -605,6 +628,7 @@ def _csv(values: Sequence[int]) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> PaperConfig:
+    """The :class:`PaperConfig` the command line asks for (the full or quick defaults, then the flags)."""
     cfg = PaperConfig.quick_config() if args.quick else PaperConfig()
     over = {
         "datasets": args.datasets, "figures": args.figures, "o_init": args.o_init,
@@ -637,6 +661,7 @@ def config_from_args(args: argparse.Namespace) -> PaperConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench paper``: measure the pending points and write the report; the exit status."""
     from dkmsks.bench.paper_spark import SparkConfig, run_spark_points
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -32,7 +32,7 @@ def plot_series(res: Results, img: Path) -> dict[str, Path]:
                                      ("work", "work_max", "pairs tested by the busiest worker", 1.0)):
         fig, axes = plt.subplots(1, len(res.cfg.datasets), figsize=(6.2 * len(res.cfg.datasets), 4.2),
                                  squeeze=False)
-        for ax, ds in zip(axes[0], res.cfg.datasets):
+        for ax, ds in zip(axes[0], res.cfg.datasets, strict=True):
             for me, nc in res.cfg.variants_series:
                 rec = res.series(ds, me, nc)
                 if rec is None:
@@ -77,7 +77,8 @@ def plot_workers(res: Results, img: Path) -> Path | None:
             rec = res.run_record(kind, ds, "ps2", "live")
             pw = per_worker(rec) if rec is not None else None
             if pw is not None:
-                name = {"tables": "Tables 2–3 run", "fig7": "Figure 7 run"}.get(kind, "PS²Stream alone, default setting")
+                name = {"tables": "Tables 2–3 run", "fig7": "Figure 7 run"}.get(
+                    kind, "PS²Stream alone, default setting")
                 views.append((f"{DATASET_NAMES[ds]}, {name} (|S| = {p.subs:,}, {p.T} timestamps)", pw))
         if views:
             cols.append(views)
@@ -124,6 +125,7 @@ def plot_workers(res: Results, img: Path) -> Path | None:
 
 
 def plot_sweep(res: Results, fig: str, img: Path) -> Path:
+    """Plot sweep ``fig`` (update time, load balance, busiest worker's work) into ``img``."""
     plt = _plt()
     dss = res.cfg.datasets
     panels = (("update", "update time [ms]"), ("balance", "load balance [ms]"),
@@ -163,6 +165,7 @@ def plot_sweep(res: Results, fig: str, img: Path) -> Path:
 
 
 def plot_spark(res: Results, img: Path) -> Path | None:
+    """Plot the Spark points against m into ``img``; ``None`` when none was measured."""
     recs = [r for r in res.spark() if r["status"] == "ok"]
     if not recs:
         return None
@@ -173,10 +176,11 @@ def plot_spark(res: Results, img: Path) -> Path | None:
         if not pts:
             continue
         xs = [p[0] for p in pts]
-        for ax, key in zip(axes, ("update", "balance", "work_max")):
+        for ax, key in zip(axes, ("update", "balance", "work_max"), strict=True):
             ax.plot(xs, [p[1][key] for p in pts], "-o", color=COLORS[(me, "live")], label=NAMES[me], markersize=4)
     ms = sorted({r["point"]["m"] for r in recs})
-    for ax, yl in zip(axes, ("update time [ms]", "load balance [ms]", "busiest worker's work [pairs/ts]")):
+    for ax, yl in zip(axes, ("update time [ms]", "load balance [ms]", "busiest worker's work [pairs/ts]"),
+                       strict=True):
         ax.set_xscale("log")
         ax.set_xticks(ms)
         ax.set_xticklabels([str(m) for m in ms])

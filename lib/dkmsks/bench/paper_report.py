@@ -56,18 +56,22 @@ _HASH = re.compile(r"^[0-9a-f]{40}")
 
 # --------------------------------------------------------------------------- formatting
 def f0(x: float | None) -> str:
+    """A number without decimals, ``–`` when missing."""
     return "–" if x is None or math.isnan(x) else f"{x:,.0f}"
 
 
 def f1(x: float | None) -> str:
+    """A number with one decimal, ``–`` when missing."""
     return "–" if x is None or math.isnan(x) else f"{x:,.1f}"
 
 
 def f2(x: float | None) -> str:
+    """A number with two decimals, ``–`` when missing."""
     return "–" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
 def rel(path: Path, docs: Path) -> str:
+    """``path`` relative to the report's folder (as given when outside it)."""
     try:
         return str(path.resolve().relative_to(docs.parent.resolve()))
     except ValueError:
@@ -508,7 +512,8 @@ def _spark(res: Results, png: str | None) -> str:
     if png is not None:
         out.append(f"![Spark, impact of m]({png})")
     lines = ["| method | m | update | kNN update | insertion | deletion | load balance | work | max worker work | "
-             "max/mean | min work | `dkm run` wall (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "max/mean | min work | `dkm run` wall (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(recs, key=lambda r: (r["point"]["m"], r["point"]["method"])):
         p = r["point"]
         if r["status"] != "ok":

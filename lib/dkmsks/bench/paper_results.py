@@ -36,6 +36,7 @@ AVOIDED_BELOW = 0.5
 
 
 def label(method: str, new_cost: str) -> str:
+    """A variant's name in tables and legends."""
     return NAMES[method] + (" (paper est.)" if new_cost == "paper" else "")
 
 
@@ -69,6 +70,7 @@ def summarize(rec: dict[str, Any]) -> dict[str, float]:
 
 
 def summarize_spark(rec: dict[str, Any]) -> dict[str, float]:
+    """The per-timestamp means of a Spark point (update time and its parts, work, balance)."""
     ts = rec["ts"]
     knn_max = np.asarray(ts["knn_max"], float)
     upd = knn_max + np.asarray(ts["insert"], float) + np.asarray(ts["delete"], float)
@@ -162,6 +164,7 @@ class Results:
         return merge_runs(recs) if recs else None
 
     def series_growth(self, dataset: str, method: str, new_cost: str) -> dict[str, Any] | None:
+        """The trend of a variant's Figure 7 run (see :func:`growth`), ``None`` when not measured."""
         rec = self.series(dataset, method, new_cost)
         return growth(rec) if rec is not None else None
 
@@ -255,14 +258,16 @@ class Results:
         return False
 
     def spark(self) -> list[dict[str, Any]]:
+        """The Spark points' records."""
         return [r for r in self.store.records.values() if r["point"].get("kind") == "spark"]
 
     def engine(self) -> list[dict[str, Any]]:
+        """The in-memory engine's records."""
         return [r for r in self.store.records.values() if r["point"].get("kind") != "spark"]
 
 
 def _spread(values: Any) -> float:
-    """max / mean of per-worker values (1.0 when the mean is 0)."""
+    """The max / mean of per-worker values (1.0 when the mean is 0)."""
     v = np.asarray(values, float)
     mean = float(v.mean()) if v.size else 0.0
     return float(v.max()) / mean if mean > 0 else 1.0
@@ -310,7 +315,8 @@ def per_worker(rec: dict[str, Any]) -> dict[str, Any] | None:
         "heavy": heavy, "heavy_vs_second": ratio(ordered[0], ordered[1]) if m > 1 else float("nan"),
         "heavy_est_rank": int(1 + np.sum(est0 > est0[heavy])),
         "heavy_new_share": float(new[heavy] / n_new) if n_new else float("nan"),
-        "heavy_last": int(np.argmax(last)), "heavy_last_spread": float(last[heavy] / last.mean()) if last.mean() else 1.0,
+        "heavy_last": int(np.argmax(last)),
+        "heavy_last_spread": float(last[heavy] / last.mean()) if last.mean() else 1.0,
         "n_new": int(n_new),
     }
 

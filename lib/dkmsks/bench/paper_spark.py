@@ -27,6 +27,8 @@ METHODS = ("kop", "sop", "dkm")
 
 @dataclass(frozen=True)
 class SparkPoint:
+    """One ``dkm run`` on local Spark: the workload, the method and m."""
+
     dataset: str
     o_init: int
     subs: int
@@ -39,11 +41,14 @@ class SparkPoint:
     kind: str = "spark"
 
     def key(self) -> str:
+        """The point's identity in the store."""
         return json.dumps(asdict(self), sort_keys=True)
 
 
 @dataclass
 class SparkConfig:
+    """The Spark points to measure: one workload, the methods at each m."""
+
     o_init: int = 100_000
     subs: int = 100_000
     T: int = 20

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench partition``: time the initial phase of each method; the exit status."""
     ap = argparse.ArgumentParser(prog="dkm bench partition", description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--subscriptions", type=int, default=1_000_000)
@@ -61,19 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"initial kNN of {len(subs):,} subscriptions: {t_query:.2f} (median of {a.runs})", flush=True)
 
     for method in a.methods.split(","):
-        t_part, plan = timed(lambda: partition(method, stats, mats, subs, space, m=a.workers,
-                                               theta=a.theta, gamma1=a.gamma1, gamma2=a.gamma2,
-                                               objects=o_init, ps2_theta=a.theta),
+        t_part, plan = timed(partial(partition, method, stats, mats, subs, space, m=a.workers,
+                                     theta=a.theta, gamma1=a.gamma1, gamma2=a.gamma2,
+                                     objects=o_init, ps2_theta=a.theta),
                              a.runs)
         loads = plan.loads
         extra = "" if method == "kop" else f" + kNN {t_query.wall:.2f}s = {t_part.wall + t_query.wall:.2f}s"
         print(f"{method}: partition {t_part:.2f} (median of {a.runs}){extra}; "
               f"subsets {len(plan.subsets):,}; load max/mean {loads.max() / loads.mean():.4f}; "
               f"params {plan.params}", flush=True)
-        t_srv, server = timed(lambda: MainServer(plan, stats, knn), 1)
+        t_srv, server = timed(partial(MainServer, plan, stats, knn), 1)
         new = subs.take(np.arange(100))
         new = type(new)(new.ids + 10**12, new.x, new.y, new.keywords, new.k, new.t)
-        t_assign, _ = timed(lambda: server.assign(new), 1)
+        t_assign, _ = timed(partial(server.assign, new), 1)
         print(f"   MainServer build {t_srv:.2f}, assign 100 new {t_assign.wall * 1000:.1f}ms", flush=True)
     return 0
 

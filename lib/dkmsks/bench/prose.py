@@ -42,14 +42,16 @@ class Prose:
 
     def __init__(self, text: str) -> None:
         parts = _BLOCK.split(text)
-        self.blocks = {name: Template(_unwrap(body)) for name, body in zip(parts[1::2], parts[2::2])}
+        self.blocks = {name: Template(_unwrap(body)) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
     @classmethod
     @cache
     def load(cls, report: str) -> Prose:
+        """The blocks of ``templates/<report>.md``."""
         return cls((resources.files("dkmsks.bench") / "templates" / f"{report}.md").read_text(encoding="utf-8"))
 
     def __call__(self, block: str, **values: object) -> str:
+        """The text of template block ``block`` with ``values`` substituted (every placeholder must get one)."""
         try:
             template = self.blocks[block]
         except KeyError:

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``dkm bench spot-check``: compare the warehouse's results with the oracle's; the exit status."""
     p = argparse.ArgumentParser(prog="dkm bench spot-check", description=__doc__.splitlines()[0])
     p.add_argument("--warehouse", type=Path, required=True)
     p.add_argument("--database", default=None)

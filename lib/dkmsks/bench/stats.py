@@ -13,11 +13,13 @@ T = TypeVar("T")
 
 
 def median(values: Iterable[float]) -> float:
+    """The median, ``nan`` for no values."""
     vals = list(values)
     return float(statistics.median(vals)) if vals else float("nan")
 
 
 def mean(values: Iterable[float]) -> float:
+    """The mean, ``nan`` for no values."""
     vals = list(values)
     return float(sum(vals) / len(vals)) if vals else float("nan")
 

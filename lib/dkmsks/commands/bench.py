@@ -26,6 +26,7 @@ BENCHMARKS = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm bench`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser("bench", help="benchmarks (dkm bench paper: the paper's experiments)",
                               description="Benchmarks of dkmsks; 'dkm bench NAME --help' for a benchmark's flags.")
     sub = p.add_subparsers(dest="bench", metavar="NAME", required=True)
@@ -37,5 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm bench NAME``: the benchmark's own ``main`` with the rest of the arguments; its exit status."""
     module = importlib.import_module(f"dkmsks.bench.{BENCHMARKS[args.bench][0]}")
     return int(module.main(args.argv))

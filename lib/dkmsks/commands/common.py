@@ -19,6 +19,7 @@ def data_dir() -> Path:
 
 
 def default_source() -> Path:
+    """The real objects file the commands read by default."""
     return data_dir() / "wof_simplegeo_us" / "objects.tsv.gz"
 
 

@@ -9,6 +9,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm export`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "export",
         help="write the exact results at a processed timestamp as JSON lines",
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm export`` with the parsed ``args``; the exit status."""
     from dkmsks.io.formats import write_results
     from dkmsks.spark.export import results_as_of
     from dkmsks.spark.lake import Lake

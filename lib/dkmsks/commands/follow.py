@@ -9,6 +9,7 @@ from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm follow`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "follow",
         help="process new timestamps as they land, with warm workers (low latency)",
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm follow`` with the parsed ``args``; the exit status."""
     import signal
     import threading
 

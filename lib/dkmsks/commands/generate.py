@@ -11,6 +11,7 @@ from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm generate`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "generate",
         help="generate objects.tsv.gz and events.tsv.gz following the paper's protocol",
@@ -39,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm generate`` with the parsed ``args``; the exit status."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.workload import WorkloadSpec, generate_workload
     from dkmsks.io.formats import read_objects, write_events, write_objects

@@ -9,6 +9,7 @@ from dkmsks.spark.retention import DEFAULT_HOURS, ENV
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm maintain`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "maintain",
         help="compact small files, vacuum old ones and set the as-of horizon on every table",
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm maintain`` with the parsed ``args``; the exit status."""
     from dkmsks.jobs.maintain import plan_maintenance, run_maintenance
 
     warehouse = warehouse_of(args)

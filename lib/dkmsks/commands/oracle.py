@@ -11,6 +11,7 @@ from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm oracle`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "oracle",
         help="brute-force exact kNN results of every live subscription at a timestamp",
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm oracle`` with the parsed ``args``; the exit status."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
     from dkmsks.io.formats import read_events, read_objects, write_results

@@ -15,12 +15,14 @@ from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm publish`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "publish",
         help="land the next N timestamps of a workload's files (no Spark)",
         description=("Finds the newest timestamp landed from files of these names (or taken by the "
                      "pipeline, if newer) and lands the objects and subscription events of the next "
-                     "--timestamps timestamps from the workload files: validated with the readers' rules, checked against the warehouse "
+                     "--timestamps timestamps from the workload files: validated with the readers' rules, "
+                     "checked against the warehouse "
                      "(closed timestamps, landed object ids, live subscriptions), refused rows "
                      "quarantined with file, line and reason. Publishing the same rows again changes "
                      "nothing. Rows of other timestamps are skipped unvalidated."),
@@ -37,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm publish`` with the parsed ``args``; the exit status."""
     from dkmsks.spark.publish import publish_files
 
     done = publish_files(warehouse_of(args), objects=args.objects, events=args.events,

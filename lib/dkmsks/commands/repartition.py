@@ -14,6 +14,7 @@ from dkmsks.flags import add_partition_flags, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm repartition`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "repartition",
         help="make a new partition plan from the current state and switch to it",
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm repartition`` with the parsed ``args``; the exit status."""
     from dkmsks.jobs.partition import run_repartition
 
     config = config_from_args(args)

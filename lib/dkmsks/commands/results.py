@@ -8,6 +8,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm results`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "results",
         help="print a subscription's exact k nearest objects",
@@ -21,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm results`` with the parsed ``args``; the exit status."""
     from dkmsks.client import Client
 
     r = Client(warehouse_of(args)).results(args.sub, as_of=args.as_of)

@@ -12,6 +12,7 @@ from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm run`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "run",
         help="ingest files, partition, process every timestamp on Spark, print a summary",
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm run`` with the parsed ``args``; the exit status."""
     from tqdm import tqdm
 
     from dkmsks.jobs.microbatch import run_microbatch
@@ -53,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
     try:
-        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id="run", bounds=args.bounds,
-                               upto=args.until)
+        reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events, run_id="run",
+                               bounds=args.bounds, upto=args.until)
         for path, r in zip((args.objects, args.events), reports, strict=True):
             say(f"ingested {path.name}: {r.accepted:,} rows into {r.table}, {r.rejected:,} quarantined")
         lake = Lake.of(warehouse)
@@ -71,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         pending = pending_timestamps(lake, last_processed(lake), args.until)
         with tqdm(total=len(pending), unit="ts", desc="timestamps", disable=not pending) as bar:
             while True:
-                rep = run_microbatch(spark, warehouse, run_id="run", until=args.until,
-                                     max_timestamps=args.timestamps_per_run)
-                if not rep.timestamps:
+                batch = run_microbatch(spark, warehouse, run_id="run", until=args.until,
+                                       max_timestamps=args.timestamps_per_run)
+                if not batch.timestamps:
                     break
-                bar.update(len(rep.timestamps))
-                bar.set_postfix_str(", ".join(f"{k} {v / 1e3:.1f}s" for k, v in rep.phases_ms.items()))
+                bar.update(len(batch.timestamps))
+                bar.set_postfix_str(", ".join(f"{k} {v / 1e3:.1f}s" for k, v in batch.phases_ms.items()))
         print_summary(spark, say)
     finally:
         spark.stop()
@@ -84,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(spark, say) -> None:
+    """Print the pipeline's state after a run (``queries/status.sql``) through ``say``."""
     from dkmsks.spark.sql_files import run_sql
 
     s = run_sql(spark, "queries/status.sql").collect()[0]

@@ -18,7 +18,9 @@ from dkmsks.commands.common import print_rejections
 from dkmsks.flags import add_partition_flags, config_from_args
 from dkmsks.io.formats import BOUNDS_HELP, bounds_option
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm simulate`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "simulate",
         help="run KOP / SOP / DkM-SKS in one process with M simulated workers",
@@ -81,6 +83,7 @@ def summary(rows: list[dict[str, float | int]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm simulate`` with the parsed ``args``; the exit status."""
     import numpy as np
     from tqdm import tqdm
 
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = time.perf_counter()
     print(
         f"initial phase: |O_init| = {setup.n_objects:,}, |S| = {setup.n_subscriptions:,}; "
-        f"kNN in O_init {setup.time_knn_init:.1f} s, partition ({config.method.value}, M={config.workers}, new-cost {config.new_cost.value}) "
+        f"kNN in O_init {setup.time_knn_init:.1f} s, "
+        f"partition ({config.method.value}, M={config.workers}, new-cost {config.new_cost.value}) "
         f"{setup.time_partition:.1f} s, worker indexes {setup.time_load:.1f} s "
         f"(inputs read in {loaded - started - setup.time_knn_init - setup.time_partition - setup.time_load:.1f} s)",
         file=sys.stderr,

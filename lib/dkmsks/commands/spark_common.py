@@ -26,10 +26,12 @@ def add_warehouse(p: argparse.ArgumentParser, *, spark: bool = True) -> None:
 
 
 def warehouse_of(args: argparse.Namespace) -> Warehouse:
+    """The warehouse of ``--warehouse`` and ``--database``."""
     return Warehouse.at(args.warehouse, args.database)
 
 
 def session(args: argparse.Namespace, app: str, warehouse: Warehouse, *, master: str | None = None) -> SparkSession:
+    """A Spark session on ``warehouse`` with the command's master and Spark UI flags."""
     from dkmsks.spark.session import build_session
 
     return build_session(warehouse, app_name=app, master=master or args.master, ui=getattr(args, "spark_ui", False))

@@ -13,6 +13,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm spark-history`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "spark-history",
         help="Spark's history server for jobs run with --spark-ui (127.0.0.1)",
@@ -24,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm spark-history`` with the parsed ``args``; the exit status."""
     import os
     import sys
     from pathlib import Path

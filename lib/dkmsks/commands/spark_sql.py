@@ -16,6 +16,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm spark-sql`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "spark-sql",
         help="Spark's SQL shell with the warehouse's tables and views registered",
@@ -62,6 +63,7 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm spark-sql``: replace this process with spark-sql."""
     import os
 
     cmd, env = command(args)

@@ -8,6 +8,7 @@ from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm sql`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "sql",
         help="query the kNN results and metrics with Spark SQL",
@@ -24,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm sql`` with the parsed ``args``; the exit status."""
     spark = session(args, "dkmsks-sql", warehouse_of(args))
     try:
         spark.sql(args.statement).show(args.limit, truncate=False)

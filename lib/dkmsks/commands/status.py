@@ -14,6 +14,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm status`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "status",
         help="show the plan, the last processed timestamp, worker loads and quarantined rows",
@@ -30,6 +31,7 @@ def quarantine_kind(reason: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm status`` with the parsed ``args``; the exit status."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  worker {w:>3}: {count[w]:>9,} subscriptions, C(w) = {load[w]:.6g}")
     reasons = lake.read(tables.QUARANTINE, columns=["target", "reason"])
     kinds = Counter(zip(reasons.column("target").to_pylist(),
-                        (quarantine_kind(r) for r in reasons.column("reason").to_pylist())))
+                        (quarantine_kind(r) for r in reasons.column("reason").to_pylist()), strict=True))
     print(f"quarantined input rows: {reasons.num_rows:,}" + (f" ({len(kinds)} kinds of reason)" if kinds else ""))
     for (target, kind), n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:>8,}  {target}: {kind}")  # every kind: a user must see each problem

@@ -9,6 +9,7 @@ from dkmsks.io.formats import BOUNDS_HELP, MAX_K, bounds_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm subscribe`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "subscribe",
         help="register a subscription (location, keywords, k) without a file",
@@ -31,15 +32,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_id(p: argparse.ArgumentParser) -> None:
     # Text, not int: the readers' integer rule judges it and names it in the error.
+    """Add the ``--id`` flag."""
     p.add_argument("--id", required=True, help="subscription id (an int64)")
 
 
 def add_t(p: argparse.ArgumentParser) -> None:
+    """Add the ``--t`` flag."""
     p.add_argument("--t", default=None,
                    help="timestamp (default: the next open timestamp, the first one the pipeline has not taken)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm subscribe`` with the parsed ``args``; the exit status."""
     from dkmsks.client import Client
 
     client = Client(warehouse_of(args), bounds=args.bounds)

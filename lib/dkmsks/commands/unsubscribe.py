@@ -9,6 +9,7 @@ from dkmsks.commands.subscribe import add_id, add_t
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm unsubscribe`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "unsubscribe",
         help="delete a subscription without a file",
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm unsubscribe`` with the parsed ``args``; the exit status."""
     from dkmsks.client import Client
 
     t = Client(warehouse_of(args)).unsubscribe(args.id, t=args.t)

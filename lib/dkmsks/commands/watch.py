@@ -10,6 +10,7 @@ from dkmsks.commands.spark_common import add_warehouse, warehouse_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``dkm watch`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser(
         "watch",
         help="print result changes as the pipeline commits them",
@@ -45,6 +46,7 @@ def describe(change) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``dkm watch`` with the parsed ``args``; the exit status."""
     from dkmsks.client import Client
 
     if args.poll <= 0:

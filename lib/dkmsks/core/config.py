@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ["Method", "NewCost", "Ps2New", "Parameter", "PARAMETERS", "PartitionConfig", "DEFAULTS"]
 
 
-class _Choice(str, Enum):
+class _Choice(str, Enum):  # noqa: UP042 (StrEnum would change str() and f-strings of members)
     """A string enum whose :meth:`from_str` lists the valid values when it refuses one."""
 
     @classmethod
@@ -110,15 +110,17 @@ class Parameter:
 
     @property
     def flag(self) -> str:
+        """The command-line flag of the parameter."""
         return "--" + self.name.replace("_", "-")
 
     @property
     def choices(self) -> list[str] | None:
+        """The valid values of an enum parameter, ``None`` for the others."""
         return self.kind.values() if isinstance(self.kind, type) and issubclass(self.kind, _Choice) else None
 
     def check(self, value: Any) -> Any:
         """``value`` converted to this parameter's type, or a :class:`ValueError` naming it."""
-        if self.choices is not None:
+        if isinstance(self.kind, type) and issubclass(self.kind, _Choice):  # as choices
             return self.kind.from_str(value)
         if isinstance(value, bool):
             raise ValueError(f"{self.name} must be a number, got {value!r}")
@@ -217,6 +219,7 @@ class PartitionConfig:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
     def to_json(self) -> str:
+        """The configuration as sorted JSON."""
         return json.dumps(self.as_dict(), sort_keys=True)
 
     @classmethod
@@ -227,6 +230,7 @@ class PartitionConfig:
 
     @classmethod
     def from_json(cls, text: str) -> PartitionConfig:
+        """The configuration of :meth:`to_json`'s text, validated."""
         return cls.from_dict(json.loads(text))
 
 

@@ -40,8 +40,8 @@ from dkmsks.core.model import (
     Op,
     Rect,
     Results,
-    Subscriptions,
     SubscriptionEvents,
+    Subscriptions,
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
 from dkmsks.core.protocol import add_insertions, remove_deletions, route_deletions, route_insertions
@@ -60,9 +60,11 @@ class Assigner(Protocol):
     engine ask every worker.
     """
 
-    def assign(self, subs: Subscriptions) -> npt.ArrayLike: ...
+    def assign(self, subs: Subscriptions) -> npt.ArrayLike:
+        """The worker (``0..m-1``) of each new subscription."""
 
-    def delete(self, sub_ids: Int64Array) -> npt.ArrayLike | None: ...
+    def delete(self, sub_ids: Int64Array) -> npt.ArrayLike | None:
+        """Forget ``sub_ids``; the worker of each (``-1`` when not live), or ``None`` when unknown."""
 
 
 class Refresher(Protocol):
@@ -73,7 +75,8 @@ class Refresher(Protocol):
     assigner has a ``refresh`` method and its ``new_cost`` is not ``"paper"``.
     """
 
-    def refresh(self, sub_ids: Int64Array, radius2: Float64Array) -> int: ...
+    def refresh(self, sub_ids: Int64Array, radius2: Float64Array) -> int:
+        """Re-cost the subscriptions whose balls shrank to ``radius2``; how many were re-costed."""
 
 
 @dataclass
@@ -97,8 +100,8 @@ class TimestampMetrics:
 
     @property
     def update_time(self) -> float:
-        """kNN update + insertion + deletion (paper Table 3), plus the main server's cost
-        refresh when it is enabled (``0`` under the paper's estimates)."""
+        """The update time: kNN update + insertion + deletion (paper Table 3), plus the main
+        server's cost refresh when it is enabled (``0`` under the paper's estimates)."""
         return self.time_knn + self.time_insert + self.time_delete + self.time_refresh
 
     @property
@@ -108,6 +111,7 @@ class TimestampMetrics:
 
     @property
     def work(self) -> int:
+        """The pairs tested by all workers at this timestamp."""
         return int(self.worker_work.sum())
 
     @property
@@ -122,6 +126,7 @@ class TimestampMetrics:
         return int(self.worker_accepted.sum())
 
     def as_dict(self) -> dict[str, float | int]:
+        """The timestamp's metrics as a flat dict of numbers (for tables and JSON)."""
         return {
             "t": self.t,
             "objects": self.n_objects,
@@ -185,7 +190,9 @@ class Engine:
         self.assigner = assigner
         self.clock: Clock = clock or _no_clock
         self.workers = [
-            Worker(self.method, space, grid=grid, budget=budget, **index_options) for _ in range(self.m)
+            # Index options only: mypy also matches them against ``width`` (an int), hence the ignore.
+            Worker(self.method, space, grid=grid, budget=budget, **index_options)  # type: ignore[arg-type]
+            for _ in range(self.m)
         ]
         self.last_t: int | None = None
         self.history: list[TimestampMetrics] = []
@@ -408,8 +415,8 @@ def build_engine(
     """The initial phase end to end: ``O_init`` and ``S`` (docs/design.md §6), their exact kNN within
     ``O_init`` (fact 5), ``O_init`` statistics, the partition plan of ``config.method`` (docs/design.md §2)
     (§2.5 for ``ps2``) and its main server (``config.new_cost``: how it estimates new subscriptions,
-    see :mod:`dkmsks.core.partition.server`; ``config.ps2_new``: where ``ps2`` sends them), and an :class:`Engine` loaded with every initial
-    subscription.
+    see :mod:`dkmsks.core.partition.server`; ``config.ps2_new``: where ``ps2`` sends them), and an
+    :class:`Engine` loaded with every initial subscription.
 
     Returns the engine (ready for :meth:`Engine.run` from ``config.t0 + 1``) and a :class:`Setup`.
     """

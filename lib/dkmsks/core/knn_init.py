@@ -128,10 +128,12 @@ class StaticKnnIndex:
 
     @property
     def n_objects(self) -> int:
+        """The number of indexed objects."""
         return int(self._ids.shape[0])
 
     @property
     def n_keywords(self) -> int:
+        """The number of keyword ids the index covers."""
         return int(self._kw_start.shape[0] - 1)
 
     @classmethod
@@ -372,7 +374,7 @@ class StaticKnnIndex:
         ends = np.concatenate([bounds, [pairs.size]])
         fallback: list[tuple[int, Int64Array]] = []
         pts = np.column_stack((subs.x, subs.y))
-        for a, b in zip(starts.tolist(), ends.tolist()):
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
             g = pairs[a:b]
             m = g.size
             key = int(group_kw[a])

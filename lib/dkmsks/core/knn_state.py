@@ -61,6 +61,7 @@ class StateArrays:
         return int(self.sub_ids.shape[0])
 
     def subscriptions(self) -> Subscriptions:
+        """The subscriptions of these arrays."""
         return Subscriptions(self.sub_ids, self.x, self.y, self.keywords, self.k, self.t)
 
 
@@ -136,6 +137,7 @@ class KnnState:
         return np.where(hit, self._map_rows[pos_c], -1)
 
     def contains(self, sub_ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Whether each of ``sub_ids`` is live in the state."""
         return self.rows_of(sub_ids) >= 0
 
     def kth(self, rows: Int64Array) -> tuple[Float64Array, Int64Array]:
@@ -357,7 +359,7 @@ class KnnState:
     def results(self) -> Results:
         """``A(s)`` of every live subscription (docs/design.md §1), keyed by subscription id."""
         out: Results = {}
-        for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist()):
+        for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist(), strict=True):
             kk = int(self.k[row])
             ids = self.ids[row, :kk]
             n = int(np.count_nonzero(ids >= 0))

@@ -37,6 +37,7 @@ class Vocabulary:
         return len(self._words)
 
     def id_of(self, word: str) -> int:
+        """The id of ``word``, given the next free id when it is new."""
         kid = self._ids.get(word)
         if kid is None:
             kid = len(self._words)
@@ -49,10 +50,12 @@ class Vocabulary:
         return self._ids.get(word)
 
     def word(self, kid: int) -> str:
+        """The word of id ``kid``."""
         return self._words[kid]
 
     @property
     def words(self) -> list[str]:
+        """Every word, in id order."""
         return list(self._words)
 
 
@@ -70,9 +73,11 @@ class KeywordSets:
         return int(self.ptr.shape[0] - 1)
 
     def row(self, i: int) -> Int32Array:
+        """The keyword ids of row ``i``."""
         return self.ids[self.ptr[i] : self.ptr[i + 1]]
 
     def lengths(self) -> Int64Array:
+        """The number of keywords of every row."""
         return np.diff(self.ptr)
 
     def owners(self) -> Int64Array:
@@ -80,6 +85,7 @@ class KeywordSets:
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
 
     def take(self, rows: npt.ArrayLike) -> KeywordSets:
+        """The sets of ``rows``, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         lengths = self.lengths()[rows]
         ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
@@ -94,6 +100,7 @@ class KeywordSets:
 
     @staticmethod
     def from_lists(rows: Sequence[Sequence[int]]) -> KeywordSets:
+        """Sets from lists of keyword ids (duplicates dropped)."""
         lengths = np.fromiter((len(set(r)) for r in rows), dtype=np.int64, count=len(rows))
         ptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=ptr[1:])
@@ -104,6 +111,7 @@ class KeywordSets:
 
     @staticmethod
     def concat(parts: Sequence[KeywordSets]) -> KeywordSets:
+        """The rows of ``parts``, one after another."""
         if not parts:
             return KeywordSets(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32))
         lengths = np.concatenate([p.lengths() for p in parts])
@@ -112,6 +120,7 @@ class KeywordSets:
         return KeywordSets(ptr, np.concatenate([p.ids for p in parts]).astype(np.int32))
 
     def to_lists(self) -> list[list[int]]:
+        """Every row as a list of keyword ids."""
         return [self.row(i).tolist() for i in range(len(self))]
 
 
@@ -129,6 +138,7 @@ class Objects:
         return int(self.ids.shape[0])
 
     def take(self, rows: npt.ArrayLike) -> Objects:
+        """The objects of ``rows``, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         return Objects(
             self.ids[rows], self.x[rows], self.y[rows], self.keywords.take(rows), self.t[rows]
@@ -136,6 +146,7 @@ class Objects:
 
     @staticmethod
     def concat(parts: Sequence[Objects]) -> Objects:
+        """The objects of ``parts``, one after another."""
         return Objects(
             np.concatenate([p.ids for p in parts]).astype(np.int64),
             np.concatenate([p.x for p in parts]).astype(np.float64),
@@ -177,6 +188,7 @@ class Subscriptions:
         return int(self.ids.shape[0])
 
     def take(self, rows: npt.ArrayLike) -> Subscriptions:
+        """The subscriptions of ``rows``, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         return Subscriptions(
             self.ids[rows],
@@ -189,6 +201,7 @@ class Subscriptions:
 
     @staticmethod
     def concat(parts: Sequence[Subscriptions]) -> Subscriptions:
+        """The subscriptions of ``parts``, one after another."""
         return Subscriptions(
             np.concatenate([p.ids for p in parts]).astype(np.int64),
             np.concatenate([p.x for p in parts]).astype(np.float64),
@@ -207,6 +220,7 @@ class Subscriptions:
         k: npt.ArrayLike,
         t: npt.ArrayLike,
     ) -> Subscriptions:
+        """Subscriptions from plain sequences, converted to the column types."""
         return Subscriptions(
             np.asarray(ids, dtype=np.int64),
             np.asarray(x, dtype=np.float64),
@@ -225,6 +239,7 @@ class Op(IntEnum):
 
     @classmethod
     def from_str(cls, text: str) -> Op:
+        """The op named ``text`` (any case), or a :class:`ValueError` listing the valid ones."""
         try:
             return cls[text.strip().upper()]
         except KeyError:
@@ -252,6 +267,7 @@ class SubscriptionEvents:
         return int(self.ids.shape[0])
 
     def take(self, rows: npt.ArrayLike) -> SubscriptionEvents:
+        """The events of ``rows``, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         return SubscriptionEvents(
             self.op[rows],
@@ -264,12 +280,14 @@ class SubscriptionEvents:
         )
 
     def insertions(self) -> Subscriptions:
+        """The inserted subscriptions, in event order."""
         rows = np.flatnonzero(self.op == Op.INSERT)
         e = self.take(rows)
         return Subscriptions(e.ids, e.x, e.y, e.keywords, e.k, e.t)
 
     @staticmethod
     def concat(parts: Sequence[SubscriptionEvents]) -> SubscriptionEvents:
+        """The events of ``parts``, one after another."""
         return SubscriptionEvents(
             np.concatenate([p.op for p in parts]).astype(np.int8),
             np.concatenate([p.ids for p in parts]).astype(np.int64),
@@ -290,6 +308,7 @@ class KnnResult:
 
     @property
     def distances(self) -> Float64Array:
+        """The distances (square roots of ``d2``)."""
         return np.sqrt(self.d2)
 
 
@@ -339,9 +358,11 @@ class Rect:
 
     @property
     def area(self) -> float:
+        """The rectangle's area (``0`` when empty)."""
         return max(0.0, self.xmax - self.xmin) * max(0.0, self.ymax - self.ymin)
 
     def as_tuple(self) -> tuple[float, float, float, float]:
+        """``(xmin, ymin, xmax, ymax)``."""
         return (self.xmin, self.ymin, self.xmax, self.ymax)
 
 

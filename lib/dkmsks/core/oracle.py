@@ -14,8 +14,8 @@ from dkmsks.core.model import (
     Objects,
     Op,
     Results,
-    Subscriptions,
     SubscriptionEvents,
+    Subscriptions,
 )
 
 #: Registration time given to initial subscriptions: they see all of ``O_init`` (docs/design.md §1,

@@ -3,12 +3,13 @@
 Within a timestamp ``t`` (docs/design.md §1): subscription deletions, then insertions, then objects.
 The work splits between the main server and the workers (docs/design.md §4):
 
-1. :func:`route_timestamp` (:func:`route_deletions`, :func:`route_insertions`) — the main server forgets the deleted subscriptions (subtracting
-   their costs from ``C(w)``) and names the worker holding each, then assigns every new
-   subscription to a worker with its method's cost model (paper §3, §4 "Dealing with new
-   subscriptions");
-2. :func:`remove_deletions`, :func:`add_insertions` — each worker drops the deletions it holds and registers its new
-   subscriptions with an empty result (a new subscription sees objects from ``t`` on);
+1. :func:`route_timestamp` (:func:`route_deletions`, :func:`route_insertions`) — the main server
+   forgets the deleted subscriptions (subtracting their costs from ``C(w)``) and names the worker
+   holding each, then assigns every new subscription to a worker with its method's cost model
+   (paper §3, §4 "Dealing with new subscriptions");
+2. :func:`remove_deletions`, :func:`add_insertions` — each worker drops the deletions it holds and
+   registers its new subscriptions with an empty result (a new subscription sees objects from
+   ``t`` on);
 3. the workers update the exact kNN of their subscriptions with the new objects
    (:class:`~dkmsks.core.update.Worker`);
 4. under ``new_cost = live`` the main server re-costs the new subscriptions whose balls shrank,
@@ -58,11 +59,14 @@ class RoutedInsertions:
 
 @dataclass(frozen=True)
 class RoutedTimestamp:
+    """The main server's routing of one timestamp: its deletions and its insertions."""
+
     deletions: RoutedDeletions
     insertions: RoutedInsertions
 
     @property
     def refused(self) -> list[tuple[int, str]]:
+        """The refused events of the timestamp, ``(id, reason)``, deletions first."""
         return self.deletions.refused + self.insertions.refused
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from multiprocessing import cpu_count
 from typing import Literal
 
@@ -322,7 +323,7 @@ class ObjectStatistics:
             out[a:b] = fn(*(x[a:b] for x in arrays))
 
         with ThreadPoolExecutor(max_workers=n_parts) as pool:
-            for f in [pool.submit(run, a, b) for a, b in zip(cuts[:-1], cuts[1:])]:
+            for f in [pool.submit(run, a, b) for a, b in pairwise(cuts)]:
                 f.result()
         return out
 

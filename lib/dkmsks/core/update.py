@@ -229,7 +229,7 @@ def process_stepwise(
             acc_t.append(ot)
     total = max(int(tested.sum()), 1)
     if acc_r:
-        rows, oid, d2, ot = (np.concatenate(a) for a in (acc_r, acc_o, acc_d, acc_t))
+        rows, oid, d2, ot = np.concatenate(acc_r), np.concatenate(acc_o), np.concatenate(acc_d), np.concatenate(acc_t)
         # A pair found through several shared keywords is accepted once; grouped by timestamp.
         order = np.lexsort((oid, rows, ot))
         rows, oid, d2, ot = rows[order], oid[order], d2[order], ot[order]
@@ -359,6 +359,7 @@ class Worker:
         self._after_batch(updated, max(ends) if ends else None)
 
     def results(self) -> Results:
+        """The worker's current results, keyed by subscription id."""
         return self.state.results()
 
     def to_arrays(self) -> StateArrays:

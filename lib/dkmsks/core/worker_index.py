@@ -33,13 +33,14 @@ indexed cell.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import pairwise
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.knn_state import KnnState
 from dkmsks.core.config import DEFAULTS
+from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
 
 #: Candidate pairs are produced in chunks of at most this many (bounds peak memory).
@@ -85,10 +86,17 @@ def safe_radius(r2: Float64Array, x: Float64Array, y: Float64Array) -> Float64Ar
     return r * (1.0 + 1e-9) + 1e-9 * (np.abs(x) + np.abs(y)) + 1e-300
 
 
-def ball_boxes(
+def safe_ball_boxes(
     state: KnnState, rows: Int64Array
 ) -> tuple[Float64Array, Float64Array, Float64Array, Float64Array, Float64Array]:
-    """Safe bounding boxes ``(xmin, ymin, xmax, ymax, r)`` of the balls of ``rows``."""
+    """Safe bounding boxes ``(xmin, ymin, xmax, ymax, r)`` of the balls of ``rows``.
+
+    Not the partitioners' ``ball_boxes`` (``core/partition/_common.py``): those feed cost
+    estimates and are clipped to the data space with a one-ulp margin, where an error moves a
+    cost a little. These decide which cells hold a subscription, so they may only err outwards
+    (docs/design.md §3 fact 1): the radius gets a relative and an absolute margin
+    (:func:`safe_radius`) and the boxes are not clipped to a data space.
+    """
     x, y = state.x[rows], state.y[rows]
     r = safe_radius(state.radius2(rows), x, y)
     return x - r, y - r, x + r, y + r, r
@@ -130,12 +138,14 @@ class Postings:
 
     @property
     def n_main(self) -> int:
+        """The number of entries in the sorted main part."""
         return int(self.rows.shape[0])
 
     def __len__(self) -> int:
         return self.n_main + self.n_delta
 
     def insert(self, keys: Int64Array, rows: Int64Array, epochs: npt.NDArray[np.int32]) -> None:
+        """Add entries ``(key, row, epoch)`` to the unsorted delta part."""
         if keys.shape[0] == 0:
             return
         self._present[_filter_slot(keys)] = True
@@ -225,7 +235,7 @@ class Postings:
         # Chunk boundaries over query keys so that each chunk expands to ~budget entries.
         marks = np.arange(budget, total, budget, dtype=np.int64)
         cuts = np.unique(np.concatenate([[0], np.searchsorted(cum, marks, side="left") + 1, [qkeys.shape[0]]]))
-        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        for a, b in pairwise(cuts.tolist()):
             if a >= b:
                 continue
             own_m, p_m = _expand_ranges(m_lo[a:b], m_hi[a:b])
@@ -253,23 +263,31 @@ class WorkerIndex(Protocol):
 
     kind: str
 
-    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None: ...
+    def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        """Index the subscriptions of state ``rows`` (``groups``: their SOP subsets, if any)."""
 
-    def forget(self, rows: Int64Array) -> None: ...
+    def forget(self, rows: Int64Array) -> None:
+        """Drop the subscriptions of state ``rows`` from the index."""
 
     def candidates(
         self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
-    ) -> Iterator[tuple[Int64Array, Int64Array]]: ...
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """The candidate ``(object, row)`` pairs of ``objects``, in slices of about ``budget`` pairs."""
 
-    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]: ...
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """The index keys of state ``rows`` and the row of each."""
 
-    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]: ...
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
+        """The probe keys of ``objects`` and the object of each."""
 
-    def updated(self, state: KnnState, rows: Int64Array) -> None: ...
+    def updated(self, state: KnnState, rows: Int64Array) -> None:
+        """Note that the results (balls) of state ``rows`` changed."""
 
-    def maintain(self, state: KnnState, force: bool = False) -> None: ...
+    def maintain(self, state: KnnState, force: bool = False) -> None:
+        """Housekeeping between timestamps (merges, refreshes); ``force`` does it all now."""
 
-    def size(self) -> dict[str, int]: ...
+    def size(self) -> dict[str, int]:
+        """The index's sizes, by part."""
 
 
 class _PostingsIndex:
@@ -292,6 +310,14 @@ class _PostingsIndex:
         self.row_entries = np.zeros(16, dtype=np.int64)  # live entries per row
         self.merge_fraction = merge_fraction
         self.merge_min = merge_min
+
+    def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """The postings ``(keys, rows)`` of state ``rows``; each kind defines its own."""
+        raise NotImplementedError
+
+    def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
+        """The keys ``objects`` look up and the object index of each; each kind defines its own."""
+        raise NotImplementedError
 
     def _ensure(self, n: int) -> None:
         if n <= self.epoch.shape[0]:
@@ -358,10 +384,12 @@ class KopIndex(_PostingsIndex):
         return kws.ids.astype(np.int64), rows[kws.owners()]
 
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
+        """The probe keys (keyword ids) of ``objects`` and the object of each."""
         owner, kw = _object_keyword_pairs(objects)
         return kw, owner
 
     def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        """Index the subscriptions of state ``rows``."""
         self._ensure(state.n_rows)
         self._insert(*self.entries(state, rows))
 
@@ -442,13 +470,14 @@ class SopIndex(_PostingsIndex):
         self.group[rows] = local
         self._insert(*self.entries(state, rows))
         # Grow each R to cover the new balls at once (correctness); shrink later (lazily).
-        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        x0, y0, x1, y1, _ = safe_ball_boxes(state, rows)
         np.minimum.at(self.rect[:, 0], local, x0)
         np.minimum.at(self.rect[:, 1], local, y0)
         np.maximum.at(self.rect[:, 2], local, x1)
         np.maximum.at(self.rect[:, 3], local, y1)
 
     def forget(self, rows: Int64Array) -> None:
+        """Drop state ``rows`` and mark their groups for a rectangle refresh."""
         super().forget(rows)
         rows = np.asarray(rows, dtype=np.int64)
         g = self.group[rows]
@@ -456,6 +485,7 @@ class SopIndex(_PostingsIndex):
         self.group[rows] = -1
 
     def updated(self, state: KnnState, rows: Int64Array) -> None:
+        """Mark the groups of state ``rows`` for a rectangle refresh."""
         g = self.group[np.asarray(rows, dtype=np.int64)]
         self._dirty[g[g >= 0]] = True
 
@@ -469,7 +499,7 @@ class SopIndex(_PostingsIndex):
         dirty = np.flatnonzero(self._dirty)
         self.rect[dirty] = [np.inf, np.inf, -np.inf, -np.inf]
         g = self.group[rows]
-        x0, y0, x1, y1, _ = ball_boxes(state, rows)
+        x0, y0, x1, y1, _ = safe_ball_boxes(state, rows)
         np.minimum.at(self.rect[:, 0], g, x0)
         np.minimum.at(self.rect[:, 1], g, y0)
         np.maximum.at(self.rect[:, 2], g, x1)
@@ -477,6 +507,7 @@ class SopIndex(_PostingsIndex):
         self._dirty[:] = False
 
     def maintain(self, state: KnnState, force: bool = False) -> None:
+        """The postings' housekeeping, and a refresh of the group rectangles every ``refresh_every`` calls."""
         super().maintain(state, force)
         self._calls += 1
         if force or self._calls % self.refresh_every == 0:
@@ -500,6 +531,7 @@ class SopIndex(_PostingsIndex):
     def candidates(
         self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
     ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """The candidate ``(object, row)`` pairs of ``objects``, in slices of about ``budget`` pairs."""
         self._ensure(state.n_rows)
         for keys, owner in self._probe_slices(objects):
             yield from self.postings.pairs(keys, owner, self.epoch, budget)
@@ -651,6 +683,7 @@ class GridIndex(_PostingsIndex):
         return np.clip(c, -_LATTICE_LIMIT, _LATTICE_LIMIT).astype(np.int64)
 
     def cell_y(self, y: Float64Array) -> Int64Array:
+        """The lattice row of each ``y`` (clipped to the lattice's range)."""
         c = np.floor((y - self.space.ymin) / self.ch)
         return np.clip(c, -_LATTICE_LIMIT, _LATTICE_LIMIT).astype(np.int64)
 
@@ -660,7 +693,7 @@ class GridIndex(_PostingsIndex):
         lv = np.asarray(level, dtype=np.int64)
         side = ((self.G - 1) >> lv) + 1
         top = lv == self.top
-        return self._offset[lv] + np.where(top, 0, cy * side + cx)  # type: ignore[no-any-return]
+        return self._offset[lv] + np.where(top, 0, cy * side + cx)
 
     def outside_ids(self, level: int | Int64Array, cx: Int64Array, cy: Int64Array) -> Int64Array:
         """Id of the outside-lattice cell ``(cx, cy)`` at ``level``: a hash into
@@ -673,9 +706,10 @@ class GridIndex(_PostingsIndex):
         h *= np.uint64(0xD6E8FEB86659FD93)
         h ^= h >> np.uint64(32)
         span = np.uint64((1 << _KW_BITS) - self.outside_base)
-        return (np.uint64(self.outside_base) + h % span).astype(np.int64)  # type: ignore[no-any-return]
+        return (np.uint64(self.outside_base) + h % span).astype(np.int64)
 
     def add(self, state: KnnState, rows: Int64Array, groups: Int64Array | None = None) -> None:
+        """Index the subscriptions of state ``rows`` at the finest level their balls fit."""
         rows = np.asarray(rows, dtype=np.int64)
         self._ensure(state.n_rows)
         if rows.shape[0] == 0:
@@ -712,7 +746,7 @@ class GridIndex(_PostingsIndex):
         edge is not pushed to a coarser level), and, for a ball reaching outside the space,
         the lattice cells outside it at the finest level where the whole ball's cell range
         spans at most ``max_cells`` cells."""
-        x0, y0, x1, y1, r = ball_boxes(state, rows)
+        x0, y0, x1, y1, r = safe_ball_boxes(state, rows)
         finite = np.isfinite(r)
         zero = np.zeros(rows.shape[0], dtype=np.int64)
         ux0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), zero)
@@ -722,7 +756,8 @@ class GridIndex(_PostingsIndex):
         g = self.G - 1
         cx0, cx1 = np.clip(ux0, 0, g), np.clip(ux1, 0, g)
         cy0, cy1 = np.clip(uy0, 0, g), np.clip(uy1, 0, g)
-        level_in = self._finest_level(cx0, cx1, cy0, cy1, finite, [lv for lv in self.levels if lv != self.top], self.top)
+        level_in = self._finest_level(cx0, cx1, cy0, cy1, finite, [lv for lv in self.levels if lv != self.top],
+                                      self.top)
         spill = finite & (level_in < self.top) & ((ux0 < 0) | (ux1 > g) | (uy0 < 0) | (uy1 > g))
         # Outside levels run up to 2^41 fine cells per cell, where the whole clamped lattice
         # spans at most 2 x 2 cells: a level is always found.

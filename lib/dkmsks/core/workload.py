@@ -45,6 +45,7 @@ class WorkloadSpec:
 
     @property
     def objects_needed(self) -> int:
+        """The objects the workload draws: ``O_init`` and every timestamp's new ones."""
         return self.o_init + self.timestamps * self.objects_per_ts
 
 
@@ -62,7 +63,7 @@ def sample_keywords(
         raise ValueError("a source object has no keywords; subscriptions need at least one")
     n_pick = rng.integers(1, np.minimum(lengths, MAX_SUBSCRIPTION_KEYWORDS) + 1)
     owners = sub.owners()
-    order = np.lexsort((rng.random(sub.ids.shape[0]), owners))
+    order = np.lexsort((rng.random(int(sub.ids.shape[0])), owners))
     rank_in_row = np.arange(order.shape[0], dtype=np.int64) - np.repeat(sub.ptr[:-1], lengths)
     chosen = order[rank_in_row < np.repeat(n_pick, lengths)]
     chosen = chosen[np.lexsort((sub.ids[chosen], owners[chosen]))]
@@ -79,7 +80,7 @@ def _subscription_rows(
     k_max: int,
     rng: np.random.Generator,
 ) -> SubscriptionEvents:
-    n = object_rows.shape[0]
+    n = int(object_rows.shape[0])
     return SubscriptionEvents(
         np.full(n, Op.INSERT, dtype=np.int8),
         ids.astype(np.int64),

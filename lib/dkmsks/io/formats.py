@@ -1,4 +1,4 @@
-"""Readers and writers for the file formats of docs/design.md §6, with row-level validation.
+r"""Readers and writers for the file formats of docs/design.md §6, with row-level validation.
 
 A bad row never stops the load of the good ones: it becomes a :class:`Rejection` carrying its
 file line number and the reason. Input that is unusable as a whole raises
@@ -14,7 +14,7 @@ runs the bad-input catalogue through both and compares their quarantine rows lin
 
 Rules, in the order a row is checked (its first failure is its reason)
 ----------------------------------------------------------------------
-- Lines end at ``\\n``; trailing ``\\r`` are dropped; an empty line carries no row.
+- Lines end at ``\n``; trailing ``\r`` are dropped; an empty line carries no row.
 - A line must be UTF-8 and free of U+FFFD (the mark of an earlier failed decoding).
 - A line of only separators and spaces is refused (it would otherwise vanish unseen).
 - A line must have as many fields as the header; fields are picked by header name.
@@ -225,11 +225,13 @@ class AllRowsRejected(InputError):
 
 
 def truncated_gzip_error(path: str | Path) -> InputError:
+    """The error for a gzip file that ends early."""
     return InputError(f"{path}: the gzip data ends early, the file is truncated (an interrupted copy or "
                       "download?); nothing was loaded: copy or compress the file again")
 
 
 def corrupt_gzip_error(path: str | Path) -> InputError:
+    """The error for a gzip file whose data does not decode."""
     return InputError(f"{path}: the gzip data is corrupt (a block or checksum does not decode); "
                       "nothing was loaded: copy or compress the file again")
 
@@ -279,6 +281,7 @@ class Rejection:
     text: str
 
     def as_dict(self) -> dict[str, object]:
+        """The rejection as a dict (the quarantine table's columns)."""
         return {"source": self.source, "line": self.line, "reason": self.reason, "text": self.text}
 
 
@@ -335,7 +338,7 @@ def _delimiter(path: Path) -> str:
     return "," if name.endswith(".csv") else "\t"
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def _open_binary(path: Path) -> io.BufferedIOBase:
     if path.name.endswith(".gz"):
         return gzip.open(path, "rb")
     return open(path, "rb")
@@ -407,9 +410,11 @@ class TimeWindow:
 
     @property
     def unbounded(self) -> bool:
+        """Whether no timestamp range applies."""
         return self.after is None and self.upto is None
 
     def holds(self, t: np.ndarray) -> np.ndarray:
+        """Whether each timestamp of ``t`` lies in the range."""
         inside = np.ones(t.shape[0], dtype=bool)
         if self.after is not None:
             inside &= t > self.after

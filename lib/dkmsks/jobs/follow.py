@@ -14,8 +14,9 @@ foreign commit and restarts from Delta). When idle it compacts the journal into
 The spool is a local directory, so follow mode needs the driver and executors to share a
 filesystem (local mode, or a cluster with the warehouse volume mounted everywhere, as in
 ``docker-compose.yml``), and at least ``m + 1`` task slots: the worker stage holds ``m`` of
-them for as long as the session lives, and the driver's own reads and commits need the rest. If a worker task fails, the session
-stops; the next session rebuilds from Delta, where every committed timestamp is safe.
+them for as long as the session lives, and the driver's own reads and commits need the rest. If a
+worker task fails, the session stops; the next session rebuilds from Delta, where every
+committed timestamp is safe.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from dkmsks.spark import tables
 from dkmsks.spark.bridge import WorkerSession
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
-from dkmsks.spark.landing import take_pending
 from dkmsks.spark.lake import Lake
+from dkmsks.spark.landing import take_pending
 from dkmsks.spark.main_server import build_main_server, refresh_weights, route
 from dkmsks.spark.plans import current_plan
 from dkmsks.spark.quarantine import quarantine_refused
@@ -100,6 +101,8 @@ class StateChanged(RuntimeError):
 
 @dataclass
 class FollowStats:
+    """Counters of a follow session: rounds run and timestamps processed."""
+
     rounds: int = 0
     timestamps: int = 0
 
@@ -122,6 +125,7 @@ class FollowSession:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Start the session: read the current plan, check the task slots and start the worker stage."""
         spark, warehouse = self.spark, self.warehouse
         self.lake = lake = Lake.of(warehouse)
         with writer_lock(warehouse, f"follow {self.run_id} (start)"):
@@ -170,6 +174,7 @@ class FollowSession:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        """Stop the worker stage and wait for it (up to two minutes)."""
         if self._thread is not None:
             (self.spool / "stop").touch()
             self._thread.join(timeout=120)
@@ -322,6 +327,7 @@ def follow_forever(
 
 
 def status_path(warehouse: Warehouse) -> Path:
+    """The status file of a follow session on ``warehouse``."""
     return warehouse.run_dir / f"follow-{warehouse.database}.status.json"
 
 

@@ -78,6 +78,8 @@ class TableFiles:
 
 @dataclass(frozen=True)
 class TableReport:
+    """One table's maintenance: its files before and after, and the files vacuumed."""
+
     table: str
     before: TableFiles
     after: TableFiles
@@ -90,6 +92,8 @@ class TableReport:
 
 @dataclass
 class MaintenanceReport:
+    """What ``dkm maintain`` did: the horizon, each table, warnings and phase times."""
+
     retention_hours: int
     tables: list[TableReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -120,6 +124,7 @@ class MaintenanceReport:
         return out
 
     def as_json(self) -> str:
+        """The report as sorted JSON (without the phase times)."""
         return json.dumps({"retention_hours": self.retention_hours, "tables": [asdict(r) for r in self.tables],
                            "warnings": self.warnings}, sort_keys=True)
 

@@ -27,10 +27,16 @@ from typing import TYPE_CHECKING
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark.compaction import compact
 from dkmsks.spark.faults import kill_at
-from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, pending_timestamps, \
-    record_run_metrics
-from dkmsks.spark.landing import take_pending
+from dkmsks.spark.journal import (
+    RunReport,
+    commit,
+    journal_records,
+    last_processed,
+    pending_timestamps,
+    record_run_metrics,
+)
 from dkmsks.spark.lake import Lake
+from dkmsks.spark.landing import take_pending
 from dkmsks.spark.main_server import build_main_server, refresh_weights, route
 from dkmsks.spark.plans import current_plan
 from dkmsks.spark.quarantine import quarantine_refused

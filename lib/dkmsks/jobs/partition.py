@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class PartitionReport:
+    """What a partition job did: the plan it wrote, its size and phase times."""
+
     plan_version: int
     method: str
     workers: int
@@ -113,10 +115,10 @@ def run_repartition(spark: SparkSession, warehouse: Warehouse, config: Partition
         phases: dict[str, float] = {}
         started = time.perf_counter()
         info = current_plan(lake)
-        if info is None:
+        t_last = last_processed(lake)
+        if info is None or t_last is None:  # no plan, or a first run that did not finish
             raise ValueError("no partition plan yet: run the partition job first")
         config = config.replace(t0=info.config.t0)
-        t_last = last_processed(lake)
         vocab = Vocabulary()
         # ps2 counts O_init's objects per part itself; the others need only the statistics.
         stats, objects = oinit_statistics(lake, config.t0, vocab, warehouse.cache_dir,

@@ -13,6 +13,7 @@ from dkmsks.warehouse import Warehouse, default_database, default_root
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
+    """A job's parser with the flags every ``spark_apps`` job takes (warehouse, master, run id...)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--warehouse", type=Path, default=None,
                    help=f"warehouse folder (default: $DKMSKS_WAREHOUSE or {default_root()})")

@@ -128,7 +128,7 @@ class WorkerSession:
         parts = method in ("sop", "ps2")
         subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)
         self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if parts else None,
-                                         grid=grid, **(index_options or {}))
+                                         grid=grid, **(index_options or {}))  # type: ignore[arg-type]
 
     def _weights_of(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         weight = np.zeros(sub_ids.shape[0], dtype=np.int64)
@@ -303,7 +303,8 @@ class _Records:
         n = len(final)
         kw = final.keywords
         kw_ids = np.asarray(kw.ids, dtype=np.int64)
-        owner = np.repeat(np.arange(n), np.diff(np.asarray(kw.ptr, dtype=np.int64)))
+        ptr = np.asarray(kw.ptr, dtype=np.int64)
+        owner = np.repeat(np.arange(n), ptr[1:] - ptr[:-1])
         word_array = np.asarray(words, dtype=str)
         rank = np.empty(word_array.shape[0], dtype=np.int64)
         rank[np.argsort(word_array, kind="stable")] = np.arange(word_array.shape[0])

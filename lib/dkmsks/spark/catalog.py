@@ -80,6 +80,7 @@ def spark_sql_vars(warehouse: Warehouse) -> dict[str, str]:
 
 
 def write_spark_sql_init(warehouse: Warehouse, path: Path) -> Path:
+    """Write :func:`spark_sql_init`'s statements to ``path``; returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(spark_sql_init(warehouse), encoding="utf-8")
     return path

@@ -39,6 +39,7 @@ def uncompacted_rows(view: StateView) -> int:
 
 
 def tail_is_large(tail_rows: int, state_rows: int) -> bool:
+    """Whether a tail of ``tail_rows`` rows calls for compacting ``state_rows`` rows."""
     return tail_rows >= max(COMPACT_MIN_ROWS, COMPACT_FRACTION * state_rows)
 
 
@@ -64,6 +65,8 @@ def compact(spark: SparkSession, warehouse: Warehouse, *, force: bool = False) -
         if tail == 0 or (not force and not tail_is_large(tail, state_rows)):
             return None
         through = last_processed(lake)
+        if through is None:  # final records are committed with their ledger records
+            raise RuntimeError("the journal holds final records but no ledger record")
         # Equal t: the upsert wins, as in state_io.overlay and knn_current.
         newest = Window.partitionBy("sub_id").orderBy(F.col("t").desc(), F.col("change").desc())
         src = (
@@ -75,8 +78,8 @@ def compact(spark: SparkSession, warehouse: Warehouse, *, force: bool = False) -
         temp = "_dkmsks_compaction_src"
         src.createOrReplaceTempView(temp)
         try:
-            with delta_txn(spark, "dkmsks-compact", int(through),
-                           {"job": "compact", "plan_version": view.plan_version, "through_t": int(through)}):
+            with delta_txn(spark, "dkmsks-compact", through,
+                           {"job": "compact", "plan_version": view.plan_version, "through_t": through}):
                 # Test-only (DKMSKS_FAULT_KILL_AT, dkmsks.spark.faults): die before the MERGE, or
                 # once it has written a data file and before its commit.
                 kill_at("compaction")

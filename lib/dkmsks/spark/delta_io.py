@@ -49,6 +49,7 @@ def insert(
 
 
 def latest_version(spark: SparkSession, table: str) -> int:
+    """The latest version of the Delta table ``table``."""
     from delta.tables import DeltaTable
 
     return int(DeltaTable.forName(spark, table).history(1).collect()[0].version)

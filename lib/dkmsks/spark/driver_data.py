@@ -44,6 +44,7 @@ def _col(table: pa.Table, name: str, dtype: type) -> np.ndarray:
 
 
 def to_objects(table: pa.Table, vocab: Vocabulary) -> Objects:
+    """The core's objects of an Arrow table (keywords mapped through ``vocab``)."""
     return Objects(
         _col(table, "id", np.int64), _col(table, "x", np.float64), _col(table, "y", np.float64),
         keyword_sets(table.column("keywords"), vocab), _col(table, "t", np.int64),
@@ -79,8 +80,8 @@ def read_events_between(lake: Lake, vocab: Vocabulary, *, after: int | None, upt
     )
 
 
-def pending_timestamps(lake: Lake, after: int, until: int | None = None) -> list[int]:
-    """Distinct timestamps after ``after`` (and up to ``until``) with objects or events."""
+def pending_timestamps(lake: Lake, after: int | None, until: int | None = None) -> list[int]:
+    """Distinct timestamps after ``after`` (and up to ``until``; ``None``: no bound) with objects or events."""
     found: set[int] = set()
     for name in (tables.OBJECTS, tables.EVENTS):
         t = lake.read(name, columns=["t"], predicate=where(t__gt=after, t__le=until)).column("t")
@@ -97,6 +98,7 @@ def list_column(matrix: np.ndarray, lengths: np.ndarray, dtype: pa.DataType) -> 
 
 
 def keyword_list_column(keywords: KeywordSets, vocab: Vocabulary) -> pa.ListArray:
+    """Keyword sets as an Arrow list-of-strings column."""
     words = np.asarray(vocab.words, dtype=object)
     offsets = keywords.ptr.astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(words[keywords.ids].tolist(), type=pa.string()))

@@ -37,6 +37,7 @@ _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLP
 
 
 def processed_timestamps(lake: Lake) -> list[int]:
+    """Every processed timestamp, in order (from the journal's ledger records)."""
     t = lake.read(tables.JOURNAL, columns=["t"], predicate=where(record__eq="ledger")).column("t")
     return sorted(int(v) for v in pc.unique(t).to_pylist())
 

@@ -30,6 +30,7 @@ An unknown point is an error (a misspelt point would otherwise never fire).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -85,7 +86,7 @@ def kill_on_new_file(point: str, folder: Path, poll: float = 0.002) -> Iterator[
 
 
 def _data_files(folder: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for root, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if d != "_delta_log"]
         found.update(os.path.join(root, f) for f in files if f.endswith(".parquet"))
@@ -99,10 +100,8 @@ def _kill(point: str, detail: str = "") -> None:
     if os.getpgrp() == me:
         os.killpg(me, signal.SIGKILL)
     for pid in _descendants(me):  # not a group leader: its group may hold the caller's shell
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     os.kill(me, signal.SIGKILL)
 
 

@@ -34,8 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dkmsks.io.formats import NUMBER_PATTERN, QUOTED_VALUE_PATTERN, AllRowsRejected, Bounds
-from dkmsks.spark.readers import file_read_errors, read_events_df, read_objects_df
 from dkmsks.spark.landing import landing_lock, sealed_through
+from dkmsks.spark.readers import file_read_errors, read_events_df, read_objects_df
 from dkmsks.spark.sql_files import run_sql
 from dkmsks.warehouse import Warehouse
 
@@ -45,6 +45,8 @@ QUARANTINE_TABLE = "quarantine"
 
 @dataclass(frozen=True)
 class IngestReport:
+    """What ingesting one file did: its table, rows accepted and rejected."""
+
     table: str
     accepted: int
     rejected: int
@@ -153,9 +155,11 @@ def ingest_files(
     """
     checked = []
     if objects is not None:
-        checked.append(_check_objects(spark, warehouse, Path(objects), run_id=run_id, bounds=bounds, after=after, upto=upto))
+        checked.append(_check_objects(spark, warehouse, Path(objects), run_id=run_id, bounds=bounds, after=after,
+                                      upto=upto))
     if events is not None:
-        checked.append(_check_events(spark, warehouse, Path(events), run_id=run_id, bounds=bounds, after=after, upto=upto))
+        checked.append(_check_events(spark, warehouse, Path(events), run_id=run_id, bounds=bounds, after=after,
+                                     upto=upto))
     refused = [c.refused for c in checked if c.refused is not None]
     if refused:
         for c in checked:

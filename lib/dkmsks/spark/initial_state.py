@@ -5,6 +5,8 @@ docs/design.md §3 fact 5) and the ``knn_state`` rows of a plan, written in one 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -17,10 +19,12 @@ from dkmsks.spark.delta_io import insert, latest_version
 from dkmsks.spark.driver_data import keyword_list_column, list_column
 from dkmsks.warehouse import Warehouse
 
+if TYPE_CHECKING:
+    from dkmsks.core.knn_init import StaticKnnIndex
 
 #: The O_init index of the current broadcast, kept by each (reused) Python worker process so
 #: that its tasks build it once, not once per slice.
-_INDEX_CACHE: dict[int, object] = {}
+_INDEX_CACHE: dict[int, StaticKnnIndex] = {}
 
 
 def _knn_slice(index: int, bounds: list[int], objects_bc, key: int, subs_bc, width: int):  # executed in Spark tasks
@@ -42,7 +46,7 @@ def _knn_slice(index: int, bounds: list[int], objects_bc, key: int, subs_bc, wid
 def spark_initial_knn(
     spark: SparkSession, objects: Objects, n_keywords: int, subs: Subscriptions, *, partitions: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """kNN matrices of ``subs`` within ``objects``, computed by Spark tasks over slices.
+    """The kNN matrices of ``subs`` within ``objects``, computed by Spark tasks over slices.
 
     O_init and the subscriptions travel as broadcast numpy columns and the matrices come back
     one slice at a time (``toLocalIterator``), so |S| = 10M needs no Python object per row
@@ -113,7 +117,8 @@ def overwrite_state(spark: SparkSession, warehouse: Warehouse, table: pa.Table, 
         pq.write_table(table, staging / "state.parquet", row_group_size=200_000)
         df = spark.read.schema(spark.table(tables.STATE).schema).parquet(str(staging))
         insert(spark, df.repartition("worker"), tables.STATE, overwrite=True, app_id="dkmsks-state-plan",
-               version=plan_version, metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
+               version=plan_version,
+               metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return latest_version(spark, tables.STATE)

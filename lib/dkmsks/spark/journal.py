@@ -38,8 +38,8 @@ def last_processed(lake: Lake) -> int | None:
     return None if len(t) == 0 else int(pc.max(t).as_py())
 
 
-def pending_timestamps(lake: Lake, after: int, until: int | None = None) -> list[int]:
-    """Distinct timestamps after ``after`` (and up to ``until``) with objects or events."""
+def pending_timestamps(lake: Lake, after: int | None, until: int | None = None) -> list[int]:
+    """Distinct timestamps after ``after`` (and up to ``until``; ``None``: no bound) with objects or events."""
     return driver_data.pending_timestamps(lake, after, until)
 
 
@@ -59,6 +59,7 @@ class RunReport:
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     def add_counts(self, routed: RoutedBatch) -> None:
+        """Add a routed batch's objects, insertions, deletions and refusals to the counts."""
         self.objects += sum(c[0] for c in routed.counts.values())
         self.insertions += sum(c[1] for c in routed.counts.values())
         self.deletions += sum(c[2] for c in routed.counts.values())

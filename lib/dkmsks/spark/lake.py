@@ -70,6 +70,7 @@ class Lake:
         return Lake({name: str(warehouse.table_path(name)) for name in ALL_TABLES})
 
     def table(self, name: str, version: int | None = None) -> Any:
+        """The delta-rs table ``name`` (at ``version``); :class:`MissingTable` when it does not exist yet."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
@@ -91,6 +92,7 @@ class Lake:
         return data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
 
     def version(self, name: str) -> int:
+        """The latest version of table ``name``."""
         return int(self.table(name).version())
 
     def append(self, name: str, data: pa.Table, *, app_id: str | None = None, version: int | None = None,

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from dkmsks.core.config import Method, NewCost
 from dkmsks.core.knn_init import StaticKnnIndex
-from dkmsks.core.model import Objects, Op, Subscriptions, SubscriptionEvents, Vocabulary
+from dkmsks.core.model import Objects, Op, SubscriptionEvents, Subscriptions, Vocabulary
 from dkmsks.core.partition import MainServer, PartitionPlan
 from dkmsks.core.protocol import ragged_ball_radius2, route_timestamp
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn

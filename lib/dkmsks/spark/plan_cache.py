@@ -22,7 +22,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -75,7 +74,8 @@ def _save(path: Path, stats: ObjectStatistics, words: list[str], table_id: str) 
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, format=np.array(FORMAT), n_objects=np.array(stats.n_objects),
                      objects_table_id=np.array(table_id, dtype=np.str_),
-                     words=np.array(words, dtype=np.str_), **stats.to_arrays())
+                     words=np.array(words, dtype=np.str_),
+                     **stats.to_arrays())  # type: ignore[arg-type]  # mypy matches ** against allow_pickle
         os.replace(tmp, path)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)

@@ -37,10 +37,12 @@ class PlanInfo:
 
     @property
     def method(self) -> str:
+        """The plan's partitioning method."""
         return self.config.method.value
 
     @property
     def workers(self) -> int:
+        """The plan's number of workers."""
         return self.config.workers
 
 

@@ -38,8 +38,8 @@ from dkmsks.io.formats import (
     validate_objects,
 )
 from dkmsks.spark import tables
-from dkmsks.spark.landing import PublishReport, publish_rows, sealed_through
 from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.landing import PublishReport, publish_rows, sealed_through
 from dkmsks.warehouse import Warehouse
 
 

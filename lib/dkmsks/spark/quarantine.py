@@ -17,7 +17,8 @@ def quarantine_refused(spark: SparkSession, refused: list[tuple[int, int, str]],
     if not refused:
         return
     rows = [("subscription_events", "microbatch", int(t), reason, str(sid), run_id) for t, sid, reason in refused]
-    rej = spark.createDataFrame(rows, "target string, source string, line long, reason string, text string, run_id string")
+    rej = spark.createDataFrame(
+        rows, "target string, source string, line long, reason string, text string, run_id string")
     view = "_dkmsks_rejected"
     rej.createOrReplaceTempView(view)
     try:

@@ -52,8 +52,8 @@ from dkmsks.spark import schemas
 
 
 def _whole_value(pattern: re.Pattern[str]) -> str:
-    """``pattern`` as a Java regex that must match a whole value. ``rlike`` searches, and
-    Java's ``$`` also matches before a final line terminator (``cafe\\u2028``); ``\\z`` does not."""
+    r"""``pattern`` as a Java regex that must match a whole value. ``rlike`` searches, and
+    Java's ``$`` also matches before a final line terminator (``cafe\u2028``); ``\z`` does not."""
     return "^(?:" + pattern.pattern + ")\\z"
 
 
@@ -96,11 +96,11 @@ def file_read_errors(path: Path) -> Iterator[None]:
 
 
 def _lines(spark: SparkSession, path: Path, columns: tuple[str, ...]) -> tuple[DataFrame, int]:
-    """``(line, fields array<string>, width, blank, text)`` rows (fields in expected column
+    r"""``(line, fields array<string>, width, blank, text)`` rows (fields in expected column
     order) and the header width.
 
-    Line numbers count from 1 at the header, as in the numpy readers. Lines end at ``\\n``
-    only, as there; trailing ``\\r`` are dropped and empty lines carry no row.
+    Line numbers count from 1 at the header, as in the numpy readers. Lines end at ``\n``
+    only, as there; trailing ``\r`` are dropped and empty lines carry no row.
     ``zipWithIndex`` keeps file order (a gzip file is one partition; plain text splits keep
     their order).
     """

@@ -37,7 +37,8 @@ def event_log_dir(warehouse: Warehouse) -> Path:
 
 def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
     """Delta jars fetched by ``scripts/bootstrap.sh`` (``$DKMSKS_JARS_DIR`` or ``.cache/jars``)."""
-    folder = Path(jars_dir or os.environ.get("DKMSKS_JARS_DIR", _REPO / ".cache" / "jars"))
+    env = os.environ.get("DKMSKS_JARS_DIR")
+    folder = Path(jars_dir or (env if env is not None else _REPO / ".cache" / "jars"))
     return sorted(folder.glob("*.jar")) if folder.is_dir() else []
 
 

@@ -7,7 +7,7 @@ Identifiers are bound with ``IDENTIFIER(:name)`` and values with ``:name`` marke
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ def sql_dir() -> Path:
     return Path(os.environ.get("DKMSKS_SQL_DIR", _REPO / "sql"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def statement(name: str) -> str:
     """The text of ``sql/<name>`` (e.g. ``"ddl/objects.sql"``) without comment lines."""
     path = sql_dir() / name

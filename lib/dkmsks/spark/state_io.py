@@ -44,6 +44,8 @@ class StateView:
 
     @staticmethod
     def open(lake: Lake, fallback_plan: int | None = None) -> StateView:
+        """A view of the state and journal tables at their latest versions (``fallback_plan``: the plan of
+        an empty state)."""
         state_version = lake.version(tables.STATE)
         journal_version = lake.version(tables.JOURNAL)
         marks = lake.read(tables.STATE, columns=["plan_version", "updated_t"], version=state_version)

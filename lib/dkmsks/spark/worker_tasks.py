@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 def to_ipc(table: pa.Table) -> bytes:
+    """An Arrow table as an IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -27,6 +28,7 @@ def to_ipc(table: pa.Table) -> bytes:
 
 
 def from_ipc(data: bytes) -> pa.Table:
+    """The Arrow table of an IPC stream."""
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 

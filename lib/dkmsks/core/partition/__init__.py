@@ -100,7 +100,7 @@ def partition(
     """
     m = check_int_param("m", m)
     # The tuning parameters are checked by their one declaration (dkmsks.core.config).
-    config = PartitionConfig(method=method, workers=m, theta=theta, gamma1=gamma1, gamma2=gamma2,
+    config = PartitionConfig(method=Method.from_str(method), workers=m, theta=theta, gamma1=gamma1, gamma2=gamma2,
                              ps2_theta=ps2_theta, ps2_rho=ps2_rho, ps2_alpha=ps2_alpha, ps2_beta=ps2_beta)
     method, theta, gamma1, gamma2 = config.method, config.theta, config.gamma1, config.gamma2
     ps2_theta, ps2_rho, ps2_alpha, ps2_beta = config.ps2_theta, config.ps2_rho, config.ps2_alpha, config.ps2_beta

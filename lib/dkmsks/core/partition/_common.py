@@ -77,7 +77,8 @@ def ball_boxes(
     """Bounding boxes of the balls, clipped to the data space (infinite ball → whole space).
 
     The box edges are moved one ulp outwards after ``x ± sqrt(d²)`` so the k-th neighbour,
-    which lies on the ball's boundary, is inside ``R`` despite rounding.
+    which lies on the ball's boundary, is inside ``R`` despite rounding. For cost estimates
+    only; the worker indexes use ``worker_index.safe_ball_boxes``, which may only err outwards.
     """
     r = np.sqrt(radius2)
     with np.errstate(invalid="ignore"):

@@ -289,7 +289,7 @@ def _split_prefix(levels: list[_Level], target: int) -> tuple[list[BoolArray], t
     W, D, R, G = (np.concatenate(v) for v in (w, d, r, gain))
     flags = [np.zeros(lvl.weight.shape[0], dtype=bool) for lvl in levels]
     if 1 + int(G.sum()) < target:
-        for f, lvl in zip(flags, levels):
+        for f, lvl in zip(flags, levels, strict=True):
             f[:] = lvl.expanded & ~lvl.dead
         return flags, None
     order = np.lexsort((R, D, -W))
@@ -355,20 +355,22 @@ def dkm_subsets(
         pick_lvl.append(np.full(leaf.shape[0], depth, dtype=np.int64))
         pick_idx.append(leaf)
     L = np.concatenate(pick_lvl)
-    I = np.concatenate(pick_idx)
-    W = np.concatenate([levels[d].weight[i] for d, i in zip(range(len(levels)), pick_idx)])
-    order = np.lexsort((I, L, -W))  # Algorithm 3 order: cost desc, then depth, then path
-    L, I, W = L[order], I[order], W[order]
+    IX = np.concatenate(pick_idx)
+    W = np.concatenate([levels[d].weight[i] for d, i in enumerate(pick_idx)])
+    order = np.lexsort((IX, L, -W))  # Algorithm 3 order: cost desc, then depth, then path
+    L, IX, W = L[order], IX[order], W[order]
     ns = L.shape[0]
-    rect = np.empty((ns, 4)); region = np.empty((ns, 4))
-    size = np.empty(ns, dtype=np.int64); kind = np.empty(ns, dtype=np.int8)
+    rect = np.empty((ns, 4))
+    region = np.empty((ns, 4))
+    size = np.empty(ns, dtype=np.int64)
+    kind = np.empty(ns, dtype=np.int8)
     sub_subset = np.full(n, -1, dtype=np.int64)
     sub_weight = np.zeros(n, dtype=np.int64)
     for depth, lvl in enumerate(levels):
-        pos = np.flatnonzero(L == depth)
+        pos = np.flatnonzero(depth == L)
         if pos.shape[0] == 0:
             continue
-        nodes = I[pos]
+        nodes = IX[pos]
         rect[pos] = lvl.rect[nodes]
         region[pos] = lvl.region[nodes]
         size[pos] = lvl.size[nodes]

@@ -103,9 +103,9 @@ class SubsetTable:
     worker: Int32Array
     kind: npt.NDArray[np.int8]
     depth: Int32Array
-    all_terms: npt.NDArray[np.bool_] = field(default=None)  # type: ignore[assignment]
-    terms_ptr: Int64Array = field(default=None)  # type: ignore[assignment]
-    terms: Int32Array = field(default=None)  # type: ignore[assignment]
+    all_terms: npt.NDArray[np.bool_] = field(default=None)  # type: ignore[arg-type]  # None: __post_init__'s default
+    terms_ptr: Int64Array = field(default=None)  # type: ignore[arg-type]  # None: __post_init__'s default
+    terms: Int32Array = field(default=None)  # type: ignore[arg-type]  # None: __post_init__'s default
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rect", _ro(self.rect, np.float64, (4,)))
@@ -143,6 +143,7 @@ class SubsetTable:
         return self.terms[self.terms_ptr[j] : self.terms_ptr[j + 1]]
 
     def to_dict(self) -> dict[str, Any]:
+        """The table as JSON-ready lists."""
         return {
             "rect": self.rect.tolist(),
             "region": self.region.tolist(),
@@ -160,6 +161,10 @@ class SubsetTable:
     def from_dict(d: dict[str, Any]) -> SubsetTable:
         """Inverse of :meth:`to_dict`; a dict without term columns (written before PS²Stream)
         reads as every term set ALL."""
+        term_cols: dict[str, np.ndarray] = {  # absent ones: every term set ALL
+            name: np.asarray(d[name], dtype=dt)
+            for name, dt in (("all_terms", np.bool_), ("terms_ptr", np.int64), ("terms", np.int32)) if name in d
+        }
         return SubsetTable(
             rect=np.asarray(d["rect"], dtype=np.float64).reshape(-1, 4),
             region=np.asarray(d["region"], dtype=np.float64).reshape(-1, 4),
@@ -168,9 +173,7 @@ class SubsetTable:
             worker=np.asarray(d["worker"], dtype=np.int32),
             kind=np.asarray(d["kind"], dtype=np.int8),
             depth=np.asarray(d["depth"], dtype=np.int32),
-            all_terms=None if "all_terms" not in d else np.asarray(d["all_terms"], dtype=np.bool_),
-            terms_ptr=None if "terms_ptr" not in d else np.asarray(d["terms_ptr"], dtype=np.int64),
-            terms=None if "terms" not in d else np.asarray(d["terms"], dtype=np.int32),
+            **term_cols,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -282,6 +285,7 @@ class PartitionPlan:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> PartitionPlan:
+        """The plan of :meth:`to_dict`'s output; refuses another format version."""
         fmt = d.get("format", PLAN_FORMAT_VERSION)
         if fmt != PLAN_FORMAT_VERSION:
             raise ValueError(f"unsupported partition plan format {fmt}; expected {PLAN_FORMAT_VERSION}")
@@ -314,13 +318,13 @@ class PartitionPlan:
         d = self.to_dict()
         meta = {k: d[k] for k in ("format", "method", "m", "params", "space", "n_objects",
                                   "load_weight")}
-        subs = {"sub_id": self.sub_ids, "worker": self.worker, "weight": self.weight,
+        subs: dict[str, np.ndarray] = {"sub_id": self.sub_ids, "worker": self.worker, "weight": self.weight,
                 "subset": self.subset}
         ss = self.subsets
         terms = np.empty(len(ss), dtype=object)
         for j in range(len(ss)):
             terms[j] = ss.terms[ss.terms_ptr[j] : ss.terms_ptr[j + 1]]
-        sets = {
+        sets: dict[str, np.ndarray] = {
             "subset": np.arange(len(ss), dtype=np.int64),
             "xmin": ss.rect[:, 0], "ymin": ss.rect[:, 1], "xmax": ss.rect[:, 2], "ymax": ss.rect[:, 3],
             "rxmin": ss.region[:, 0], "rymin": ss.region[:, 1], "rxmax": ss.region[:, 2],
@@ -341,19 +345,19 @@ class PartitionPlan:
         col = {k: np.asarray(v)[order] for k, v in subsets.items() if k != "terms"}
         if not np.array_equal(col["subset"], np.arange(order.shape[0])):
             raise ValueError("subset table rows must be numbered 0..n-1")
-        all_terms = terms_ptr = terms = None
+        term_cols: dict[str, np.ndarray] = {}  # absent ones: every term set ALL
         if "terms" in subsets:
             rows = [np.asarray(subsets["terms"][i], dtype=np.int32).reshape(-1) for i in order.tolist()]
             lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
-            terms_ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            terms = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int32)
+            term_cols["terms_ptr"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            term_cols["terms"] = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int32)
         if "all_terms" in subsets:
-            all_terms = col["all_terms"].astype(np.bool_)
+            term_cols["all_terms"] = col["all_terms"].astype(np.bool_)
         table = SubsetTable(
             rect=np.stack([col["xmin"], col["ymin"], col["xmax"], col["ymax"]], axis=1),
             region=np.stack([col["rxmin"], col["rymin"], col["rxmax"], col["rymax"]], axis=1),
             weight=col["weight"], size=col["size"], worker=col["worker"], kind=col["kind"],
-            depth=col["depth"], all_terms=all_terms, terms_ptr=terms_ptr, terms=terms,
+            depth=col["depth"], **term_cols,
         )
         d = dict(meta)
         d.update(sub_ids=subscriptions["sub_id"], worker=subscriptions["worker"],
@@ -373,10 +377,12 @@ class PartitionPlan:
         )
 
     def to_json(self) -> str:
+        """The plan as compact JSON."""
         return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
 
     @staticmethod
     def from_json(text: str | bytes) -> PartitionPlan:
+        """The plan of :meth:`to_json`'s text."""
         return PartitionPlan.from_dict(json.loads(text))
 
     def __eq__(self, other: object) -> bool:

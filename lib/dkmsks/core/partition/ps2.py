@@ -165,7 +165,7 @@ def two_groups(weights: npt.ArrayLike) -> BoolArray:
     starts = run_starts(w).tolist()
     ends = starts[1:] + [w.shape[0]]
     d = 0
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         wt = int(w[s])
         q = e - s
         if wt == 0:

@@ -477,7 +477,7 @@ class MainServer:
             workers, self._load = assign_in_order(
                 weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
             )
-        for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist()):
+        for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist(), strict=True):
             self._extra[sid] = (w, c)
         if self.new_cost == "live" and self.method is not Method.PS2:
             kws = subs.keywords
@@ -536,7 +536,7 @@ class MainServer:
         where, shrink = self._where, self.refresh_shrink
         # Only balls that became finite or shrank enough since they were last costed.
         pick = []
-        for i, (sid, r) in enumerate(zip(ids.tolist(), r2.tolist())):
+        for i, (sid, r) in enumerate(zip(ids.tolist(), r2.tolist(), strict=True)):
             last = where[sid][3] if sid in where else None
             if last is not None and r != last and (last == math.inf or r <= shrink * last):
                 pick.append(i)
@@ -554,7 +554,7 @@ class MainServer:
             np.zeros(sel.shape[0], dtype=np.int64),
         )
         new_w = self.ball_weights(subs, r2[sel])
-        for sid, w_new, r, (x, y, kw, _) in zip(sids, new_w.tolist(), r2[sel].tolist(), info):
+        for sid, w_new, r, (x, y, kw, _) in zip(sids, new_w.tolist(), r2[sel].tolist(), info, strict=True):
             where[sid] = (x, y, kw, r)
             worker, w_old = self._extra[sid]
             self._load[worker] += w_new - w_old

@@ -127,7 +127,7 @@ def sop_partition(
             leaves.append((negw, depth, path, node))
             continue
         splits += 1
-        for qi, child in zip(qs, make_nodes(parts, regions)):
+        for qi, child in zip(qs, make_nodes(parts, regions), strict=True):
             entry = (-child["weight"], depth + 1, (*path, qi), child)
             if child["leaf"]:
                 leaves.append(entry)
