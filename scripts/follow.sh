@@ -34,7 +34,9 @@ pidfile=$run/follow-$database.pid
 log=$run/follow-$database.log
 statusfile=$run/follow-$database.status.json
 
-running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# Alive and not a zombie (a killed service whose parent has not reaped it yet is not running).
+alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
+running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
 
 case "$action" in
   start)
@@ -57,8 +59,8 @@ case "$action" in
     if ! running; then echo "follow: not running"; rm -f "$pidfile"; exit 0; fi
     pid=$(cat "$pidfile")
     kill -TERM "$pid"
-    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for _ in $(seq 1 120); do alive "$pid" || break; sleep 0.5; done
+    if alive "$pid"; then
       echo "follow: still running after 60 s; killing it (nothing is lost: see docs/design.md §8)"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi

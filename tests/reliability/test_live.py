@@ -119,7 +119,9 @@ def test_follow_publishers_and_readers_share_one_warehouse_and_survive_kill_9(li
     pid = int((warehouse / "run" / "follow-default.pid").read_text())
     assert os.getpgid(pid) == pid  # scripts/follow.sh starts it in a session of its own
     os.killpg(pid, signal.SIGKILL)
-    time.sleep(1)
+    deadline = time.monotonic() + 30  # until the group is gone and reaped
+    while _follow("status", warehouse).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(1)
     assert _follow("status", warehouse).returncode != 0  # reported as not running
     _publish(warehouse, objects, events)  # t=6 lands while nothing processes
     assert _follow("start", warehouse, "--slots", str(WORKERS + 3), "--poll", "0.2").returncode == 0

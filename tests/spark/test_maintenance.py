@@ -64,8 +64,8 @@ def test_maintenance_compacts_vacuums_and_keeps_every_promised_as_of_exact(spark
 
     folder, oracle = workload
     for after, upto in [(None, 0), (0, 2), (2, T)]:
-        ingest_objects(spark, folder / "objects.tsv.gz", run_id=f"publish-{upto}", after=after, upto=upto)
-        ingest_events(spark, folder / "events.tsv.gz", run_id=f"publish-{upto}", after=after, upto=upto)
+        ingest_objects(spark, fresh_db, folder / "objects.tsv.gz", run_id=f"publish-{upto}", after=after, upto=upto)
+        ingest_events(spark, fresh_db, folder / "events.tsv.gz", run_id=f"publish-{upto}", after=after, upto=upto)
     run_partition(spark, fresh_db, PartitionConfig(method="dkm", workers=3, gamma1=40, theta=4, grid=256),
                   run_id="test")
     for until, compaction in [(2, "always"), (4, "always"), (T, "never")]:
