@@ -129,6 +129,7 @@ def airflow(tmp_path_factory):
                # Spark-free check must skip it (test_airflow_repartition.py).
                AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE="0 0 29 2 *",
                AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE="0 0 1 1 *",
+               AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE="0 0 29 2 *",
                # Spark's launcher logs the driver JVM's command line (its -Xmx) in the task log.
                SPARK_PRINT_LAUNCH_COMMAND="1")
     script = str(REPO / "scripts" / "airflow.sh")

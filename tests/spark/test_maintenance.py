@@ -127,3 +127,16 @@ def test_maintenance_compacts_vacuums_and_keeps_every_promised_as_of_exact(spark
                                          r"before t=2 is left in its Delta log .* oldest timestamp still available "
                                          r"is t=4\. To reach further back, raise the horizon"):
         results_as_of(lake, 2)
+
+
+def test_maintenance_of_a_warehouse_without_tables_creates_nothing(spark, tmp_path):
+    """The maintenance DAG's scheduled run on its default warehouse before anything was
+    published there: a note, and the folder stays empty (no run_metrics, no lock file)."""
+    from dkmsks.jobs.maintain import run_maintenance
+    from dkmsks.warehouse import Warehouse
+
+    warehouse = Warehouse.at(tmp_path / "empty")
+    report = run_maintenance(spark, warehouse, run_id="m_empty", retention_hours=1)
+    assert report.tables == []
+    assert report.warnings[-1] == f"{warehouse.tables_dir} holds no table yet: nothing to maintain"
+    assert not (tmp_path / "empty").exists()

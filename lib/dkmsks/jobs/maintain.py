@@ -152,6 +152,11 @@ def run_maintenance(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     hours = horizon_hours(retention_hours)
     lake = Lake.of(warehouse)
     report = MaintenanceReport(hours, warnings=_warnings(hours))
+    if not any(warehouse.has_table(name) for name in tables.ALL_TABLES):
+        # A scheduled run on a warehouse nothing was published to yet (the DAG's default one):
+        # creating run_metrics there would make an empty warehouse look used.
+        report.warnings.append(f"{warehouse.tables_dir} holds no table yet: nothing to maintain")
+        return report
     with writer_lock(warehouse, f"maintenance {run_id}"):
         started = time.perf_counter()
         for name in tables.ALL_TABLES:
