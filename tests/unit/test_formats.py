@@ -349,3 +349,27 @@ def test_a_windowed_read_of_parquet_tests_integer_timestamps_as_stored(tmp_path)
     scope = TimeWindow(1, 2)
     rows = list(file_rows(path, OBJECT_COLUMNS, [], window=scope))
     assert [(line, fields[0]) for line, fields, _ in rows] == [(3, "2")] and scope.skipped == 2
+
+
+@pytest.mark.parametrize("name", ["r.jsonl", "r.jsonl.gz"])
+def test_the_columnar_export_reads_back_as_json_dumps_of_every_float(tmp_path, monkeypatch, name):
+    """Distances that print differently in Arrow and in Python (whole numbers, 1e-05, huge,
+    tiny), empty results, and more rows than one formatting batch: every line parses to what
+    ``json.dumps`` of the same result gives."""
+    import dkmsks.io.formats as formats
+
+    monkeypatch.setattr(formats, "_EXPORT_BATCH_ROWS", 3)
+    d2s = [[0.0, 1.0, 4.0], [1e-10, 2.0], [], [1e300, 1e-300 ** 2 + 5e-324], [0.1, 0.2 + 0.1], [9.0], [1 / 3], [2.5e-7]]
+    results = {10 * i + 1: KnnResult(np.arange(len(d), dtype=np.int64) * (2**61 + 7 * i), np.array(d, dtype=np.float64))
+               for i, d in enumerate(d2s)}
+    path = tmp_path / name
+    assert write_results(path, results, 9) == len(d2s)
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    expected = [json.dumps({"sub_id": s, "t": 9, "object_ids": results[s].object_ids.tolist(),
+                            "distances": results[s].distances.tolist()}) for s in sorted(results)]
+    assert [json.loads(x) for x in lines] == [json.loads(x) for x in expected]
+    for line in lines:  # floats stay floats, ints stay ints
+        row = json.loads(line)
+        assert all(type(v) is float for v in row["distances"]) and all(type(v) is int for v in row["object_ids"])

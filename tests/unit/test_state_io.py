@@ -63,3 +63,27 @@ def test_a_subscription_deleted_and_registered_again_at_one_timestamp_is_live(de
     got = overlay(_snapshot(), tail, COLUMNS).sort_by("sub_id").to_pylist()
     assert got[-1] == {"sub_id": 3, "worker": 1, "object_ids": [31], "updated_t": 4}
     assert [r["sub_id"] for r in got] == [1, 2, 3]
+
+
+def test_the_export_applies_each_subscriptions_changes_in_protocol_order():
+    """The result changes after a snapshot, given out of order: per subscription, by
+    timestamp, and within one timestamp deletion < insertion < update (docs/design.md §1)."""
+    import pyarrow as pa
+
+    from dkmsks.spark.export import _last_change_per_subscription
+
+    rows = [  # (t, sub_id, change, object_ids)
+        (3, 1, "update", [30]),
+        (2, 1, "insert", [20]),
+        (4, 2, "insert", [41]),  # deleted on one worker, registered on another at t = 4
+        (4, 2, "delete", []),
+        (5, 3, "delete", []),
+        (4, 3, "update", [40]),
+        (6, 4, "update", [61]),
+        (6, 4, "insert", [60]),
+    ]
+    changes = pa.table({"t": [r[0] for r in rows], "sub_id": [r[1] for r in rows],
+                        "change": [r[2] for r in rows], "object_ids": [r[3] for r in rows]})
+    last = _last_change_per_subscription(changes).sort_by("sub_id").to_pylist()
+    assert [(r["sub_id"], r["t"], r["change"], r["object_ids"]) for r in last] == [
+        (1, 3, "update", [30]), (2, 4, "insert", [41]), (3, 5, "delete", []), (4, 6, "update", [61])]

@@ -28,11 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm export`` with the parsed ``args``; the exit status."""
-    from dkmsks.io.formats import write_results
-    from dkmsks.spark.export import results_as_of
+    from dkmsks.io.formats import write_results_table
+    from dkmsks.spark.export import results_table_as_of
     from dkmsks.spark.lake import Lake
 
-    t, results = results_as_of(Lake.of(warehouse_of(args)), args.as_of)
-    n = write_results(args.out, results, t)
+    t, table = results_table_as_of(Lake.of(warehouse_of(args)), args.as_of)
+    n = write_results_table(args.out, table, t)
     print(f"wrote {n:,} results at t={t} to {args.out}")
     return 0

@@ -47,15 +47,19 @@ import gzip
 import io
 import json
 import math
+import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dkmsks.core.model import (
     Int64Array,
@@ -885,6 +889,12 @@ def _open_text_out(path: Path) -> IO[str]:
     return open(path, "w", encoding="utf-8", newline="\n")
 
 
+def _open_binary_out(path: Path) -> gzip.GzipFile | BinaryIO:
+    if path.name.endswith(".gz"):
+        return gzip.GzipFile(path, "wb", compresslevel=1)  # level as in _open_text_out
+    return open(path, "wb")
+
+
 def _keyword_texts(keywords: KeywordSets, vocab: Vocabulary) -> list[str]:
     words = vocab.words
     return [" ".join(words[k] for k in keywords.row(i)) for i in range(len(keywords))]
@@ -922,21 +932,68 @@ def write_results(path: str | Path, results: Results, t: int) -> int:
 
     Returns the number of lines written.
     """
-    with _open_text_out(Path(path)) as out:
-        for sid in sorted(results):
-            r = results[sid]
-            out.write(
-                json.dumps(
-                    {
-                        "sub_id": sid,
-                        "t": int(t),
-                        "object_ids": r.object_ids.tolist(),
-                        "distances": r.distances.tolist(),
-                    }
-                )
-                + "\n"
-            )
-    return len(results)
+    return write_results_table(path, results_table(results), t)
+
+
+def results_table(results: Results) -> pa.Table:
+    """``results`` as columns ``sub_id``, ``object_ids``, ``d2`` (lists), ordered by ``sub_id``."""
+    keys = sorted(results)
+    rows = [results[s] for s in keys]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum([len(r.object_ids) for r in rows], out=offsets[1:])
+    ids = np.concatenate([r.object_ids for r in rows]) if rows else np.zeros(0, np.int64)
+    d2 = np.concatenate([r.d2 for r in rows]) if rows else np.zeros(0, np.float64)
+    return pa.table({
+        "sub_id": pa.array(keys, type=pa.int64()),
+        "object_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids, type=pa.int64())),
+        "d2": pa.ListArray.from_arrays(pa.array(offsets), pa.array(d2, type=pa.float64())),
+    })
+
+
+#: Rows formatted per Arrow call in :func:`write_results_table` (bounds memory and keeps the
+#: string offsets of a batch well inside int32 at any |S|).
+_EXPORT_BATCH_ROWS = 100_000
+
+
+def write_results_table(path: str | Path, table: pa.Table, t: int) -> int:
+    """Write the results export from columns ``sub_id``, ``object_ids``, ``d2`` ordered by
+    ``sub_id`` (:func:`results_table`, :func:`dkmsks.spark.export.results_table_as_of`).
+
+    The lines are built by Arrow's string kernels, not one ``json.dumps`` per subscription
+    (1M subscriptions: ~20 s in Python). Distances are ``sqrt(d2)`` printed in the shortest
+    form that reads back as the same float64 (Arrow's formatter; ``.0`` is added to whole
+    numbers so every distance stays a JSON float): ``json.loads`` returns exactly the values
+    ``np.sqrt(d2)`` holds. Returns the number of lines written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batches = table.combine_chunks().to_batches(max_chunksize=_EXPORT_BATCH_ROWS)
+    # Arrow's kernels release the GIL: batches are formatted on every core, written in order.
+    with _open_binary_out(path) as out, ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        for lines in pool.map(lambda batch: _json_lines(batch, int(t)), batches):
+            out.write(lines)
+    return table.num_rows
+
+
+def _json_lines(batch: pa.RecordBatch, t: int) -> memoryview:
+    """The export lines of ``batch``, concatenated (each ends with a newline)."""
+    ids = batch.column("object_ids")
+    d2 = batch.column("d2")
+    id_text = pc.binary_join(pc.cast(ids, pa.list_(pa.string())), ", ")
+    values = pc.cast(pc.sqrt(pc.list_flatten(d2)), pa.string())
+    values = pc.if_else(pc.match_substring_regex(values, r"[.eE]"), values,
+                        pc.binary_join_element_wise(values, ".0", ""))
+    starts = np.zeros(len(batch) + 1, dtype=np.int32)
+    np.cumsum(pc.list_value_length(d2).fill_null(0).to_numpy(zero_copy_only=False), out=starts[1:])
+    distance_text = pc.binary_join(pa.ListArray.from_arrays(pa.array(starts), values), ", ")
+    lines = pc.binary_join_element_wise(
+        '{"sub_id": ', pc.cast(batch.column("sub_id"), pa.string()), f', "t": {t}, "object_ids": [', id_text,
+        '], "distances": [', distance_text, "]}\n", "")
+    if len(lines) == 0:
+        return memoryview(b"")
+    # The lines are back to back in the string array's data buffer: write that slice as is.
+    ends = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
+    return memoryview(lines.buffers()[2])[ends[0]:ends[-1]]
 
 
 def read_results(path: str | Path) -> dict[int, dict[str, object]]:

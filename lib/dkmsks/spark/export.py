@@ -95,6 +95,15 @@ def resolve_as_of(lake: Lake, as_of: int | None) -> int:
 def results_as_of(lake: Lake, as_of: int | None = None, sub_ids: list[int] | None = None) -> tuple[int, Results]:
     """``(T, results)`` of every live subscription (or of ``sub_ids``) at processed timestamp
     ``T`` (default: the last)."""
+    t, table = results_table_as_of(lake, as_of, sub_ids)
+    return t, _results(table)
+
+
+def results_table_as_of(lake: Lake, as_of: int | None = None,
+                        sub_ids: list[int] | None = None) -> tuple[int, pa.Table]:
+    """``(T, table)``: :func:`results_as_of` as columns ``sub_id``, ``object_ids``, ``d2``
+    ordered by ``sub_id``, computed column-wise (the export of 1M subscriptions never holds a
+    Python object per subscription)."""
     t = resolve_as_of(lake, as_of)
     checkpoints = state_checkpoints(lake)
     base = [(through, version) for through, version in checkpoints if through <= t]
@@ -112,17 +121,24 @@ def results_as_of(lake: Lake, as_of: int | None = None, sub_ids: list[int] | Non
         wanted = pa.array(sorted(set(int(s) for s in sub_ids)), type=pa.int64())
         state = state.filter(pc.is_in(state.column("sub_id"), value_set=wanted))
         changes = changes.filter(pc.is_in(changes.column("sub_id"), value_set=wanted))
-    results = _results(state)
-    order = sorted(range(changes.num_rows), key=lambda i: (changes.column("t")[i].as_py(),
-                                                           _CHANGE_ORDER[changes.column("change")[i].as_py()]))
-    rows = changes.take(pa.array(order, type=pa.int64())).to_pylist() if order else []
-    for c in rows:
-        if c["change"] == "delete":
-            results.pop(int(c["sub_id"]), None)
-        else:
-            results[int(c["sub_id"])] = KnnResult(np.asarray(c["object_ids"], dtype=np.int64),
-                                                   np.asarray(c["d2"], dtype=np.float64))
-    return t, results
+    if changes.num_rows:
+        latest = _last_change_per_subscription(changes)
+        state = state.filter(pc.invert(pc.is_in(state.column("sub_id"), value_set=latest.column("sub_id"))))
+        live = latest.filter(pc.not_equal(latest.column("change"), "delete"))
+        state = pa.concat_tables([state, live.select(["sub_id", "object_ids", "d2"]).cast(state.schema)])
+    return t, state.sort_by("sub_id").combine_chunks()
+
+
+def _last_change_per_subscription(changes: pa.Table) -> pa.Table:
+    """Each subscription's last change in the order they apply: by timestamp, and within one
+    timestamp deletions, insertions, updates (docs/design.md §1); the result after all of
+    them is what that last change says."""
+    sub = changes.column("sub_id").to_numpy()
+    kind = np.array([_CHANGE_ORDER[c] for c in changes.column("change").to_pylist()], dtype=np.int8)
+    order = np.lexsort((np.arange(len(sub)), kind, changes.column("t").to_numpy(), sub))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = sub[order[1:]] != sub[order[:-1]]
+    return changes.take(pa.array(order[last]))
 
 
 def missing_history(lake: Lake, version: int) -> str | None:
@@ -178,10 +194,15 @@ def beyond_horizon(lake: Lake, t: int, reason: str, checkpoints: list[tuple[int,
 
 
 def _results(table: pa.Table) -> Results:
-    sub_ids = table.column("sub_id").to_pylist()
-    oids = table.column("object_ids").to_pylist()
-    d2 = table.column("d2").to_pylist()
-    return {
-        int(s): KnnResult(np.asarray(o, dtype=np.int64), np.asarray(d, dtype=np.float64))
-        for s, o, d in zip(sub_ids, oids, d2, strict=True)
-    }
+    """The result map of columns ``sub_id``, ``object_ids``, ``d2`` (one list row each)."""
+    sub_ids = table.column("sub_id").to_numpy()
+    out: Results = {}
+    if not len(sub_ids):
+        return out
+    ids_col, d2_col = table.column("object_ids").combine_chunks(), table.column("d2").combine_chunks()
+    ids, d2 = pc.list_flatten(ids_col).to_numpy(), pc.list_flatten(d2_col).to_numpy()
+    ends = np.cumsum(pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False))
+    starts = ends - pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
+    for s, a, b in zip(sub_ids.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        out[int(s)] = KnnResult(ids[a:b].copy(), d2[a:b].copy())
+    return out
