@@ -38,3 +38,19 @@ def test_the_ui_on_request_binds_to_loopback_and_keeps_event_logs(tmp_path):
     assert (tmp_path / "run" / "spark-events").is_dir()
     args = spark_submit_conf_args(warehouse, ui=True)
     assert "spark.ui.host=127.0.0.1" in args
+
+
+def test_the_driver_listens_on_loopback_unless_a_deployment_names_its_addresses(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("DKMSKS_DRIVER_BIND_ADDRESS", raising=False)
+    monkeypatch.delenv("DKMSKS_DRIVER_HOST", raising=False)
+    conf = session_conf(Warehouse(tmp_path))
+    assert (conf["spark.driver.bindAddress"], conf["spark.driver.host"]) == ("127.0.0.1", "127.0.0.1")
+    # A driver in a container whose executors run in others: all interfaces, called by name.
+    monkeypatch.setenv("DKMSKS_DRIVER_BIND_ADDRESS", "0.0.0.0")
+    conf = session_conf(Warehouse(tmp_path))
+    assert (conf["spark.driver.bindAddress"], conf["spark.driver.host"]) == ("0.0.0.0", socket.gethostname())
+    monkeypatch.setenv("DKMSKS_DRIVER_HOST", "scheduler")
+    assert session_conf(Warehouse(tmp_path))["spark.driver.host"] == "scheduler"
+    assert "spark.driver.host=scheduler" in spark_submit_conf_args(Warehouse(tmp_path))

@@ -11,6 +11,7 @@ through :func:`dkmsks.spark.catalog.spark_sql_init`.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +43,16 @@ def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
     return sorted(folder.glob("*.jar")) if folder.is_dir() else []
 
 
+def driver_addresses() -> dict[str, str]:
+    """Where the driver listens and what it tells executors to call it:
+    ``$DKMSKS_DRIVER_BIND_ADDRESS`` (default 127.0.0.1; ``0.0.0.0`` in a container whose
+    executors run elsewhere) and ``$DKMSKS_DRIVER_HOST`` (default: the bind address, or the
+    container's host name when that is a wildcard)."""
+    bind = os.environ.get("DKMSKS_DRIVER_BIND_ADDRESS") or "127.0.0.1"
+    host = os.environ.get("DKMSKS_DRIVER_HOST") or (socket.gethostname() if bind in ("0.0.0.0", "::") else bind)
+    return {"spark.driver.bindAddress": bind, "spark.driver.host": host}
+
+
 def session_conf(
     warehouse: Warehouse,
     *,
@@ -59,8 +70,9 @@ def session_conf(
         # to share, so no limit on how many processes use one warehouse.
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.warehouse.dir": str(warehouse.tables_root),
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
+        # Loopback unless a deployment says otherwise (driver_addresses): executors on other
+        # hosts or containers must reach the driver at an address they can route to.
+        **driver_addresses(),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
@@ -126,7 +138,7 @@ def build_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_LOCAL_IP", driver_addresses()["spark.driver.bindAddress"])
     warehouse.root.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
     conf = session_conf(
