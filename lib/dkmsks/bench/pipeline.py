@@ -52,6 +52,7 @@ from dkmsks.bench.common import (
 )
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
+from dkmsks.core.model import Results
 
 DOCS = REPO / "docs" / "benchmarks.md"
 prose = Prose.load("pipeline")
@@ -229,6 +230,7 @@ def run(args) -> dict:
                                       timestamps=T, seed=args.seed))
     say(f"generated in {rec.data['steps']['generate']['seconds']:.1f} s")
 
+    naive_final: Results | None = None  # the naive tables' results, collected before their session ends
     spark = build_session(Warehouse(workdir / "warehouse"), app_name="dkmsks-bench-pipeline", master=args.master)
     try:
         if args.verify_o_init > 0:
@@ -290,6 +292,9 @@ def run(args) -> dict:
                     say(f"naive t={t}: {st.total_ms / 1e3:.1f} s "
                         f"({st.candidate_pairs:,} pairs, {st.changed:,} changed; "
                         + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in st.phases_ms.items()) + ")")
+                # The naive tables live in this session's in-memory catalog (dkmsks.spark.catalog
+                # registers only the project's tables): collect their results before it stops.
+                naive_final = naive_spark.naive_results(spark)
             except Exception as err:
                 rec.error("naive", err)
                 traceback.print_exc()
@@ -317,15 +322,14 @@ def run(args) -> dict:
         rec.error("follow", err)
         traceback.print_exc()
 
-    spark = build_session(main, app_name="dkmsks-bench-pipeline", master=args.master)
     try:
-        if naive_steps and lat:
+        if naive_final is not None and lat:
             try:
                 from dkmsks.spark.export import results_as_of
                 from dkmsks.spark.lake import Lake
 
                 t_cmp = naive_steps[-1]["t"]
-                rec.put("naive_vs_pipeline_full", {"t": t_cmp, **compare(naive_spark.naive_results(spark),
+                rec.put("naive_vs_pipeline_full", {"t": t_cmp, **compare(naive_final,
                                                                           results_as_of(Lake.of(main), t_cmp)[1])})
                 say(f"naive vs pipeline at t={t_cmp}: "
                     f"{'EQUAL' if rec.data['steps']['naive_vs_pipeline_full']['equal'] else 'DIFFERENT'}")
@@ -333,7 +337,6 @@ def run(args) -> dict:
                 rec.error("naive_vs_pipeline_full", err)
                 traceback.print_exc()
     finally:
-        spark.stop()
         rec.data["peak_rss_gib"] = mem.stop() / 2**30
         rec.data["total_s"] = time.perf_counter() - t_start
         rec.data["load_avg"] = [load_start, load_average()]
