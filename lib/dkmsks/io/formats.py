@@ -968,10 +968,13 @@ def write_results_table(path: str | Path, table: pa.Table, t: int) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     batches = table.combine_chunks().to_batches(max_chunksize=_EXPORT_BATCH_ROWS)
-    # Arrow's kernels release the GIL: batches are formatted on every core, written in order.
-    with _open_binary_out(path) as out, ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        for lines in pool.map(lambda batch: _json_lines(batch, int(t)), batches):
-            out.write(lines)
+    # Arrow's kernels release the GIL: batches are formatted on every core, a round of one
+    # batch per thread at a time (so only that many formatted batches are held), written in order.
+    threads = min(4, os.cpu_count() or 1)
+    with _open_binary_out(path) as out, ThreadPoolExecutor(max_workers=threads) as pool:
+        for first in range(0, len(batches), threads):
+            for lines in pool.map(lambda batch: _json_lines(batch, int(t)), batches[first:first + threads]):
+                out.write(lines)
     return table.num_rows
 
 
