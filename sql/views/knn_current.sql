@@ -1,20 +1,24 @@
--- The current state: the knn_state snapshot overlaid with the journal's final records that no
--- compaction has merged yet (those of the snapshot's plan newer than its newest row). At equal t
--- the upsert wins ('upsert' > 'delete'): a subscription deleted on one worker and registered
--- again on another at the same timestamp is live, deletions apply first within a timestamp.
+-- The current state of each subscription: the newest of its knn_state row and its journal
+-- 'final' records, by t. At equal t the snapshot row wins (a compaction merged that very record,
+-- or a repartition carried it over with the new plan's worker), then an upsert beats a delete
+-- (within a timestamp deletions apply first: a subscription deleted on one worker and registered
+-- again on another at the same t is live). A record no newer than the snapshot's row loses, so
+-- finals a compaction already merged, and those of an older plan, need no mark to be told
+-- apart (docs/design.md §9): no scan of the whole snapshot for its newest updated_t, and a
+-- filter on sub_id reaches both scans through the window, which is partitioned by sub_id.
 CREATE OR REPLACE VIEW knn_current
 COMMENT 'dkmsks: current per-subscription state (knn_state + uncompacted journal records)'
-AS WITH snapshot AS (
-  SELECT coalesce(max(plan_version), (SELECT max(plan_version) FROM partition_plans)) AS plan_version,
-         coalesce(max(updated_t), -9223372036854775808) AS through_t
+AS WITH candidates AS (
+  SELECT plan_version, worker, sub_id, x, y, keywords, k, registered_t, weight, subset, object_ids, d2,
+         updated_t, 2 AS precedence
   FROM knn_state
-), tail AS (
-  SELECT j.*, row_number() OVER (PARTITION BY j.sub_id ORDER BY j.t DESC, j.change DESC) AS newest
-  FROM journal j JOIN snapshot s ON j.plan_version = s.plan_version
-  WHERE j.record = 'final' AND j.t > s.through_t
+  UNION ALL
+  SELECT plan_version, worker, sub_id, x, y, keywords, k, registered_t, weight, subset, object_ids, d2,
+         t AS updated_t, CASE WHEN change = 'upsert' THEN 1 ELSE 0 END AS precedence
+  FROM journal WHERE record = 'final'
+), newest AS (
+  SELECT *, row_number() OVER (PARTITION BY sub_id ORDER BY updated_t DESC, precedence DESC) AS n
+  FROM candidates
 )
 SELECT plan_version, worker, sub_id, x, y, keywords, k, registered_t, weight, subset, object_ids, d2, updated_t
-FROM knn_state s LEFT ANTI JOIN tail USING (sub_id)
-UNION ALL
-SELECT plan_version, worker, sub_id, x, y, keywords, k, registered_t, weight, subset, object_ids, d2, t AS updated_t
-FROM tail WHERE newest = 1 AND change = 'upsert'
+FROM newest WHERE n = 1 AND precedence > 0

@@ -96,6 +96,27 @@ def _assert_equal(got, expected):
     assert results_equal(got, expected), describe_difference(got, expected)
 
 
+def _assert_views_equal(spark, expected, *, sub_ids=None, plan_version=None):
+    """``knn_results`` (every subscription, or a point query on ``sub_ids``) equals the oracle's
+    results, rank by rank, and ``knn_current`` holds exactly its live subscriptions, each row of
+    ``plan_version`` when given (the current plan's, after a repartition)."""
+    where, wanted = "", expected
+    if sub_ids is not None:
+        where = " WHERE sub_id IN (" + ", ".join(str(int(s)) for s in sub_ids) + ")"
+        wanted = {s: r for s, r in expected.items() if s in set(sub_ids)}
+    rows = spark.sql(f"SELECT sub_id, rank, object_id, distance FROM knn_results{where}").collect()
+    got: dict[int, list[tuple[int, int, float]]] = {}
+    for r in rows:
+        got.setdefault(r.sub_id, []).append((r.rank, r.object_id, r.distance))
+    want = {s: list(zip(range(1, len(r.object_ids) + 1), r.object_ids.tolist(), r.distances.tolist(), strict=True))
+            for s, r in wanted.items() if len(r.object_ids)}
+    assert {s: sorted(v) for s, v in got.items()} == want
+    current = spark.sql(f"SELECT sub_id, plan_version FROM knn_current{where}").collect()
+    assert sorted(r.sub_id for r in current) == sorted(wanted)
+    if plan_version is not None:
+        assert {r.plan_version for r in current} == {plan_version}
+
+
 @pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
 def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spark, pipeline_db, workload, method):
     from dkmsks.jobs.microbatch import run_microbatch
@@ -193,13 +214,7 @@ def test_one_job_per_timestamp_equals_the_oracle_at_each_timestamp(spark, pipeli
         _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
     # The user-facing views agree with the oracle too.
-    rows = spark.sql("SELECT sub_id, rank, object_id, distance FROM knn_results").collect()
-    from_view: dict[int, list[tuple[int, int, float]]] = {}
-    for r in rows:
-        from_view.setdefault(r.sub_id, []).append((r.rank, r.object_id, r.distance))
-    expected = {s: list(zip(range(1, len(r.object_ids) + 1), r.object_ids.tolist(), r.distances.tolist(), strict=True))
-                for s, r in oracle[T].items() if len(r.object_ids)}
-    assert {s: sorted(v) for s, v in from_view.items()} == expected
+    _assert_views_equal(spark, oracle[T])
     loads = spark.sql("SELECT sum(subscriptions) AS n FROM worker_loads").collect()[0].n
     assert loads == len(oracle[T])
     per_t = spark.sql("SELECT t, pairs_tested, pairs_in_ball FROM timestamp_metrics ORDER BY t").collect()
@@ -274,10 +289,15 @@ def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, 
     report = run_repartition(spark, pipeline_db, PartitionConfig(method="sop", workers=4, theta=4), run_id="re")
     assert report.plan_version == 1 and current_plan(Lake.of(pipeline_db)).workers == 4
     _assert_equal(_state_results(pipeline_db), oracle[2])
+    # The old plan's final records stay in the journal; the views must read the new plan's rows.
+    _assert_views_equal(spark, oracle[2], plan_version=1)
     loads = spark.table("worker_loads").collect()
     assert sorted(r.worker for r in loads) == [0, 1, 2, 3]
-    run_microbatch(spark, pipeline_db, run_id="after")
+    run_microbatch(spark, pipeline_db, run_id="after", compaction="never")
     _assert_equal(_state_results(pipeline_db), oracle[T])
+    _assert_views_equal(spark, oracle[T], plan_version=1)
+    some = sorted(oracle[T])[::7] + sorted(set(oracle[2]) - set(oracle[T]))[:5]  # live ones and deleted ones
+    _assert_views_equal(spark, oracle[T], sub_ids=some, plan_version=1)
     for t in (1, 2, 4):
         _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
@@ -390,8 +410,12 @@ def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_s
     run_microbatch(spark, fresh_db, run_id="to-2", until=2, compaction="never")
     live = spark.sql("SELECT count(*) AS n FROM knn_current").collect()[0].n
     assert live == len(oracle[2])
+    moved = [int(f[1]) for f in moving]
+    _assert_views_equal(spark, oracle[2])  # the tail holds a delete and an upsert at t=2 for each
+    _assert_views_equal(spark, oracle[2], sub_ids=moved)
     run_microbatch(spark, fresh_db, run_id="to-3", until=3, compaction="always")
     assert spark.table("quarantine").count() == 0
+    _assert_views_equal(spark, oracle[3], sub_ids=moved)  # compacted: half deleted again at t=3
     run_microbatch(spark, fresh_db, run_id="rest", compaction="never")
     for t in range(T + 1):
         _assert_equal(_results_at(fresh_db, t), oracle[t])

@@ -9,7 +9,8 @@ another at the same timestamp leaves two final records with equal ``t``, and wit
 timestamp deletions apply before insertions (docs/design.md §1), so the upsert is the later one. The mark may lag a
 compaction (a merged delete leaves no row behind) but never lead it, and applying a merged
 record again changes nothing — the overlay is exact either way. ``sql/views/knn_current.sql``
-is the same rule in Spark SQL; this module applies it with delta-rs and numpy for the
+is the same rule in Spark SQL, stated without the mark (docs/design.md §9: the newest of the
+snapshot row and every final record, the row winning ties); this module applies it with delta-rs and numpy for the
 driver and the worker tasks, optionally pinned to table versions so a retried task reads
 exactly what the first attempt read.
 """
