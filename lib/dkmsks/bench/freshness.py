@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> dict:
     watch.start()
     reader_out = work / "reader.jsonl"
     reader_out.unlink(missing_ok=True)
+    Path(str(reader_out) + ".stop").unlink(missing_ok=True)  # an earlier run's (--keep) would stop it at once
     reader = None
     client = Client(warehouse.root)
     try:
