@@ -161,7 +161,13 @@ def delta_jars() -> str:
 def spark_env() -> dict[str, str]:
     """Environment of spark-submit: the venv's Python for the driver and the executors."""
     python = os.environ.get("DKMSKS_PYTHON", str(REPO / ".venv" / "bin" / "python"))
-    return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    # The driver's address as dkmsks.spark.session.driver_addresses has it: loopback unless the
+    # deployment says otherwise (compose: every interface, called by the container's name).
+    bind = os.environ.get("DKMSKS_DRIVER_BIND_ADDRESS") or "127.0.0.1"
+    if bind not in ("0.0.0.0", "::"):
+        env["SPARK_LOCAL_IP"] = bind
+    return env
 
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-API = "http://127.0.0.1:8080"
+API = f"http://127.0.0.1:{os.environ.get('DKMSKS_AIRFLOW_PORT', '8080')}"  # as docker-compose.yml publishes it
 PASSWORDS = "/opt/airflow/simple_auth_manager_passwords.json.generated"
 STARTED = time.monotonic()
 
@@ -94,15 +94,18 @@ class Airflow:
         return body["dag_runs"]
 
     def wait_dags(self, timeout: float) -> None:
+        """Until every DAG file of the image (dags/dkmsks_*.py but the shared module) is
+        registered, unpaused."""
+        expected = {f.stem for f in (REPO / "dags").glob("dkmsks_*.py")} - {"dkmsks_common"}
         deadline = time.monotonic() + timeout
         while True:
             status, body = self.call("GET", "/api/v2/dags?dag_id_pattern=dkmsks_")
             found = {d["dag_id"]: d["is_paused"] for d in body.get("dags", [])} if status == 200 else {}
-            if len(found) == 4:
+            if set(found) == expected:
                 assert not any(found.values()), f"paused DAGs: {found}"
                 return
             if time.monotonic() > deadline:
-                raise SystemExit(f"the dag-processor did not register the four DAGs within {timeout:.0f} s: {found}")
+                raise SystemExit(f"the dag-processor did not register {sorted(expected)} within {timeout:.0f} s: {found}")
             time.sleep(3)
 
     def wait_run(self, dag_id: str, *, after: str, timeout: float, run_id: str | None = None) -> dict:
@@ -121,9 +124,12 @@ class Airflow:
 
 
 def seconds(run: dict) -> float:
-    from datetime import datetime
+    """How long a DAG run took, or has been running: its ledger record can be committed before
+    the run itself is marked finished (end_date still null)."""
+    from datetime import UTC, datetime
 
-    start, end = (datetime.fromisoformat(run[k]) for k in ("start_date", "end_date"))
+    start = datetime.fromisoformat(run["start_date"])
+    end = datetime.fromisoformat(run["end_date"]) if run.get("end_date") else datetime.now(UTC)
     return (end - start).total_seconds()
 
 
@@ -147,6 +153,22 @@ def wait_ledger(last_t: int, timeout: float) -> list[tuple[int, str]]:
             return rows
         time.sleep(10)
     raise SystemExit(f"the ledger did not reach t={last_t} within {timeout:.0f} s")
+
+
+def stack_memory() -> str:
+    """Each running container's memory (``docker stats``) and their sum, as one line."""
+    ids = compose("ps", "-q").split()
+    out = subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.Name}}\t{{.MemUsage}}", *ids],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+    used = {}
+    for line in out.splitlines():
+        name, usage = line.split("\t")
+        value = usage.split("/")[0].strip()
+        number = value.rstrip("KMGiBk")
+        used[name.split("_")[-2] if "_" in name else name] = float(number) * units[value[len(number):]]
+    parts = ", ".join(f"{n} {b / 2**20:.0f} MiB" for n, b in sorted(used.items(), key=lambda kv: -kv[1]))
+    return f"{sum(used.values()) / 2**30:.2f} GiB in all ({parts})"
 
 
 def compare(export: Path, oracle: Path) -> None:
@@ -186,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
     airflow = Airflow()
     airflow.wait_dags(args.timeout)
-    say("signed in to Airflow's REST API as admin; the four DAGs are registered and unpaused")
+    say("signed in to Airflow's REST API as admin; the DAGs are registered and unpaused")
 
     compose("stop", "follow")  # the DAGs process the first timestamps; follow the rest
     now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
@@ -222,11 +244,28 @@ def main(argv: list[str] | None = None) -> int:
                      "--warehouse /data/warehouse --timestamps 1 2>/dev/null")
         published = time.monotonic() - t
         rows = wait_ledger(ts, args.timeout)
-        say(f"published t={ts} ({published:.0f} s, a Spark session of its own); processed by "
+        say(f"published t={ts} ({published:.1f} s); processed by "
             f"{dict(rows)[ts]!r} {time.monotonic() - t - published:.0f} s later")
     followed = [t_ for t_, run_id in rows if run_id == "follow"]
     assert followed, f"the follow service processed no timestamp: {rows}"
 
+    # A reader while follow runs: Spark's own spark-sql shell in a one-off container of the stack
+    # (local master, the warehouse's tables and views registered by path), not blocked by the writer.
+    t = time.monotonic()
+    oracle = args.out / f"oracle-t{args.timestamps}.jsonl"
+    subprocess.run([dkm, "oracle", "--objects", objects, "--events", events, "--as-of", str(args.timestamps),
+                    "--out", oracle], check=True, capture_output=True)
+    expected = {(r["sub_id"], rank, oid) for r in map(json.loads, oracle.read_text().splitlines())
+                for rank, oid in enumerate(r["object_ids"], start=1)}
+    out = in_container("dkm spark-sql --warehouse /data/warehouse -e "
+                       "'SELECT sub_id, rank, object_id FROM knn_results' 2>/dev/null")
+    got = {tuple(int(v) for v in line.split("\t")) for line in out.splitlines() if line.strip()}
+    assert got == expected, f"knn_results differs from the oracle at t={args.timestamps}: " \
+                            f"{len(got - expected)} rows extra, {len(expected - got)} missing"
+    say(f"spark-sql in the stack: knn_results equals the oracle at t={args.timestamps}, {len(got)} rows, "
+        f"while follow runs ({time.monotonic() - t:.0f} s)")
+
+    say(f"memory of the running stack: {stack_memory()}")
     t = time.monotonic()
     compose("stop", "follow")
     state = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}",

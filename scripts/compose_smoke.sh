@@ -52,9 +52,15 @@ trap finish EXIT
 mkdir -p "$DKMSKS_INPUT"
 # Everything but follow: the check starts it itself once the DAGs have done their part.
 docker-compose up -d $(docker-compose config --services | grep -vx follow)
-healthy() { [ "$(docker inspect -f '{{.State.Health.Status}}' "$(docker-compose ps -q airflow-api-server)")" = healthy ]; }
-for _ in $(seq 1 120); do healthy && break; sleep 5; done
-healthy || { echo "compose_smoke: the api-server is not healthy after 10 minutes" >&2; exit 1; }
+# Debian's docker-compose v1 has no `up --wait`: poll every started service's healthcheck.
+unhealthy() {
+  for service in $(docker-compose config --services | grep -vx -e follow -e airflow-init); do
+    state=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$(docker-compose ps -q "$service")")
+    [ "$state" = healthy ] || echo "$service:$state"
+  done
+}
+for _ in $(seq 1 120); do [ -z "$(unhealthy)" ] && break; sleep 5; done
+[ -z "$(unhealthy)" ] || { echo "compose_smoke: not healthy after 10 minutes: $(unhealthy | tr '\n' ' ')" >&2; exit 1; }
 step "stack up: $(docker-compose ps --services --filter status=running | tr '\n' ' ')"
 python3 docker/compose_e2e.py "$@"
 step "end-to-end check passed"

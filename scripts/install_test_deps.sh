@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What the test suite needs from Debian's packages: headless Chromium for the browser test
 # (tests/e2e/test_airflow_ui.py; Playwright drives it through executable_path, no browser
-# build is downloaded) and the docker-compose client for tests/e2e/test_compose.py. Installed
-# with apt-get when absent; a no-op once installed.
+# build is downloaded), and for tests/e2e/test_compose*.py the docker-compose client, the
+# Docker daemon (docker.io; the test starts dockerd itself when none runs) and debootstrap (the
+# base images are made from Debian's packages: no image registry is needed). Installed with
+# apt-get when absent; a no-op once installed.
 #
 # When it cannot install (not root, no apt-get, no network) it says why. On a developer's
 # machine it then exits 0 and the tests that need the package skip, naming it; under CI=true
@@ -13,6 +15,8 @@ CHROMIUM=${DKMSKS_CHROMIUM:-/usr/bin/chromium}
 missing=()
 [ -x "$CHROMIUM" ] || missing+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v dockerd >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 fail() {

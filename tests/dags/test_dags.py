@@ -558,3 +558,14 @@ def test_check_partition_reads_the_warehouse_of_the_triggering_events(dagbag, tm
     # An asset-triggered run checks the warehouse its event names, not the Param's.
     assert check.python_callable(params={"warehouse": str(fresh)}, triggering_asset_events=_events(str(done))) is False
     assert check.python_callable(params={"warehouse": str(done)}, triggering_asset_events=_events(str(fresh))) is True
+
+
+def test_spark_submit_pins_the_local_address_to_the_drivers_bind_address(common, monkeypatch):
+    """spark-submit's SPARK_LOCAL_IP follows DKMSKS_DRIVER_BIND_ADDRESS (loopback by default); a
+    wildcard sets none, so Spark calls the container by its name (the compose stack)."""
+    dkmsks_common = common
+    monkeypatch.delenv("DKMSKS_DRIVER_BIND_ADDRESS", raising=False)
+    assert dkmsks_common.spark_env()["SPARK_LOCAL_IP"] == "127.0.0.1"
+    monkeypatch.setenv("DKMSKS_DRIVER_BIND_ADDRESS", "0.0.0.0")
+    env = dkmsks_common.spark_env()
+    assert "SPARK_LOCAL_IP" not in env and env["PYSPARK_PYTHON"]

@@ -75,7 +75,16 @@ def seconds(duration: str | float) -> float:
 def test_compose_config_is_valid_and_complete(compose):
     assert set(compose["services"]) == {
         "postgres", "airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-        "spark-master", "spark-worker-1", "spark-worker-2", "follow"}
+        "airflow-triggerer", "spark-master", "spark-worker-1", "spark-worker-2", "follow"}
+
+
+def test_every_long_running_service_has_a_healthcheck_and_restarts(compose):
+    for name, service in compose["services"].items():
+        if name == "airflow-init":  # a one-shot job
+            assert service["restart"] == "no"
+            continue
+        assert service["restart"] == "unless-stopped", name
+        assert service.get("healthcheck", {}).get("test"), name
 
 
 def test_every_published_port_binds_loopback(compose):
@@ -123,9 +132,17 @@ def test_airflow_services_match_the_dags(compose):
     assert "airflow db migrate" in init and "airflow pools set dkmsks_writers 1" in init
     assert "SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" in init  # made before the api-server could print one
     assert "/opt/airflow" not in mounts(services["follow"])  # follow holds no Airflow secret
-    # the Spark driver (spark-submit in the scheduler) binds 127.0.0.1: executors must share its network
-    for name in ("airflow-scheduler", "spark-worker-1", "spark-worker-2"):
-        assert services[name]["network_mode"] == "service:spark-master", name
+    # The Spark driver (spark-submit in the scheduler) and the executors live in containers of
+    # their own: the driver listens on the compose network and is called by its service name,
+    # each worker is called by its own (the master, the driver and other executors reach it).
+    for name in ("airflow-scheduler", "spark-master", "spark-worker-1", "spark-worker-2"):
+        assert "network_mode" not in services[name], name
+    scheduler = services["airflow-scheduler"]["environment"]
+    assert scheduler["DKMSKS_DRIVER_BIND_ADDRESS"] == "0.0.0.0"
+    assert scheduler["DKMSKS_DRIVER_HOST"] == "airflow-scheduler"
+    for name in ("spark-worker-1", "spark-worker-2"):
+        command = services[name]["command"]
+        assert command[command.index("--host") + 1] == services[name]["hostname"] == name
 
 
 def test_spark_containers_see_the_same_data(compose):
@@ -154,3 +171,20 @@ def test_follow_service(compose):
     assert seconds(follow["stop_grace_period"]) >= 60
     assert follow.get("stop_signal", "SIGTERM") == "SIGTERM"
     assert mounts(follow)["/data/warehouse"][0] == "warehouse"
+
+
+def test_the_build_context_holds_everything_the_dockerfile_copies():
+    """.dockerignore is an allowlist: a COPY of a path it does not let through fails the build
+    ("stat conf/: file does not exist", seen when conf/ was added to the Dockerfile only)."""
+    allowed = [line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")]
+    copied = []
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied += [w.rstrip("/") for w in words[1:-1] if not w.startswith("--")]
+    assert copied  # the Dockerfile copies files from the context
+    for source in copied:
+        let_through = any(source == a or source.startswith(a + "/") for a in allowed)
+        assert let_through, f"{source} is not in .dockerignore's allowlist"
+        assert (REPO / source).exists(), source

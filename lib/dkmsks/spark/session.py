@@ -43,13 +43,17 @@ def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
     return sorted(folder.glob("*.jar")) if folder.is_dir() else []
 
 
+#: Bind addresses meaning "every interface" (a container's driver whose executors run elsewhere).
+WILDCARDS = ("0.0.0.0", "::")
+
+
 def driver_addresses() -> dict[str, str]:
     """Where the driver listens and what it tells executors to call it:
     ``$DKMSKS_DRIVER_BIND_ADDRESS`` (default 127.0.0.1; ``0.0.0.0`` in a container whose
     executors run elsewhere) and ``$DKMSKS_DRIVER_HOST`` (default: the bind address, or the
     container's host name when that is a wildcard)."""
     bind = os.environ.get("DKMSKS_DRIVER_BIND_ADDRESS") or "127.0.0.1"
-    host = os.environ.get("DKMSKS_DRIVER_HOST") or (socket.gethostname() if bind in ("0.0.0.0", "::") else bind)
+    host = os.environ.get("DKMSKS_DRIVER_HOST") or (socket.gethostname() if bind in WILDCARDS else bind)
     return {"spark.driver.bindAddress": bind, "spark.driver.host": host}
 
 
@@ -138,7 +142,9 @@ def build_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", driver_addresses()["spark.driver.bindAddress"])
+    bind = driver_addresses()["spark.driver.bindAddress"]
+    if bind not in WILDCARDS:  # a wildcard is no address to call this host by: Spark then uses its name
+        os.environ.setdefault("SPARK_LOCAL_IP", bind)
     warehouse.root.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
     conf = session_conf(
