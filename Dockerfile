@@ -68,9 +68,15 @@ RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps -
  && .venv/bin/python -m compileall -q lib dags spark_apps
 
 COPY docker/spark-conf/ /etc/dkmsks/spark-conf/
+# numba's compiled worker kernels (lib/dkmsks/core/kernel.py): cached where the runtime user
+# can write (lib/ is root's), and compiled once here so no container pays the ~10 s at its
+# first timestamp (on a machine with another CPU they compile once per container instead).
 ENV SPARK_WORKER_DIR=/var/lib/dkmsks/spark-work \
-    SPARK_CONF_DIR=/etc/dkmsks/spark-conf
+    SPARK_CONF_DIR=/etc/dkmsks/spark-conf \
+    NUMBA_CACHE_DIR=/var/cache/dkmsks/numba
+RUN install -d -o dkmsks -g dkmsks /var/cache/dkmsks/numba
 USER dkmsks
+RUN .venv/bin/python -c "from dkmsks.core.kernel import warm_up; warm_up()"
 # tini as PID 1 passes SIGTERM on to the service and reaps the processes Spark forks.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["dkm", "--help"]

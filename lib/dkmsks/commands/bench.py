@@ -20,6 +20,7 @@ BENCHMARKS = {
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
     "append": ("append", "a run's commit: one journal append through Spark vs through delta-rs"),
+    "kernel": ("kernel", "the worker kernels: numba against the numpy reference, side by side -> docs/benchmarks.md"),
     "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }

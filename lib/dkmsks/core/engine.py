@@ -166,8 +166,8 @@ class Engine:
         The main server: places new subscriptions and forgets deleted ones (its ``C(w)``).
     clock
         A monotonic clock in seconds (``time.perf_counter``); ``None`` disables timing.
-    grid, budget, index_options
-        Passed to every :class:`~dkmsks.core.update.Worker`.
+    grid, budget, kernel, index_options
+        Passed to every :class:`~dkmsks.core.update.Worker` (``kernel``: :mod:`dkmsks.core.kernel`).
     """
 
     def __init__(
@@ -180,6 +180,7 @@ class Engine:
         clock: Clock | None = None,
         grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
+        kernel: str | None = None,
         **index_options: float,
     ) -> None:
         if workers < 1:
@@ -191,11 +192,12 @@ class Engine:
         self.clock: Clock = clock or _no_clock
         self.workers = [
             # Index options only: mypy also matches them against ``width`` (an int), hence the ignore.
-            Worker(self.method, space, grid=grid, budget=budget, **index_options)  # type: ignore[arg-type]
+            Worker(self.method, space, grid=grid, budget=budget, kernel=kernel, **index_options)  # type: ignore[arg-type]
             for _ in range(self.m)
         ]
         self.last_t: int | None = None
         self.history: list[TimestampMetrics] = []
+        self._shared_probe = all(w.index.shared_probe for w in self.workers)
         refresh = getattr(assigner, "refresh", None)
         live = getattr(assigner, "new_cost", "live") != "paper"
         self._refresh: Callable[[Int64Array, Float64Array], object] | None = (
@@ -280,10 +282,17 @@ class Engine:
         acc = np.zeros(m, dtype=np.int64)
         upd = np.zeros(m, dtype=np.int64)
         changed: list[tuple[Int64Array, Float64Array]] = []
+        # Workers built alike with a subscription-independent probe (grid, KOP) share one probe
+        # here; each worker of the real system computes it itself, so its time counts for each.
+        probe, probe_time = None, 0.0
+        if len(objects) and self._shared_probe:
+            c0 = clock()
+            probe = self.workers[0].index.probe(objects)
+            probe_time = clock() - c0
         for w, worker in enumerate(self.workers):
             c0 = clock()
-            stats = worker.process(objects)
-            wt[w] = clock() - c0
+            stats = worker.process(objects, probe)
+            wt[w] = clock() - c0 + probe_time
             work[w], acc[w], upd[w] = stats.pairs_tested, stats.pairs_accepted, stats.subs_updated
             if not len(objects):
                 worker.state.advance(t)
@@ -410,6 +419,7 @@ def build_engine(
     *,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
+    kernel: str | None = None,
     **index_options: float,
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (docs/design.md §6), their exact kNN within
@@ -446,7 +456,8 @@ def build_engine(
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
-    engine = Engine(method, space, workers, server, clock=clock, grid=config.grid, budget=budget, **index_options)
+    engine = Engine(method, space, workers, server, clock=clock, grid=config.grid, budget=budget, kernel=kernel,
+                    **index_options)
     # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
     groups = plan.subset if plan.method.value in ("sop", "ps2") else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)

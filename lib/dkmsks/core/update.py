@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.kernel import kernel_name, merge_accepted
 from dkmsks.core.knn_state import NEVER, KnnState, StateArrays
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
 from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, make_index
@@ -146,18 +147,30 @@ def process_batch(
     objects: Objects,
     *,
     budget: int = DEFAULT_BUDGET,
+    kernel: str | None = None,
+    probe: tuple[Int64Array, Int64Array] | None = None,
 ) -> UpdateStats:
     """Exact kNN update of one worker for a batch of objects (docs/design.md §1, §3 fact 2).
 
     The index is not told about shrunken balls here; :meth:`Worker.process` does that.
+    ``kernel``: ``"numpy"`` (the reference) or ``"numba"`` (:mod:`dkmsks.core.kernel`, the same
+    results and counters); by default :func:`~dkmsks.core.kernel.kernel_name`. ``probe``: the
+    index's probe of ``objects`` when the caller computed it once for several workers.
     """
     stats = UpdateStats(objects=len(objects))
     if len(objects) == 0:
         return stats
+    if kernel_name(kernel) == "numba":
+        rows, oid, d2, _, tested = index.lookup_accept(state, objects, probe)
+        stats.pairs_tested = int(tested.sum())
+        touched, _, stats.pairs_accepted = merge_accepted(state, rows, oid, d2)
+        stats.subs_updated = int(touched.shape[0])
+        stats.updated_rows = touched
+        return stats
     acc_r: list[Int64Array] = []
     acc_o: list[Int64Array] = []
     acc_d: list[Float64Array] = []
-    for obj, rows in index.candidates(state, objects, budget):
+    for obj, rows in index.candidates(state, objects, budget, probe):
         stats.pairs_tested += int(rows.shape[0])
         r, o, d = accept_candidates(state, objects, obj, rows)
         if r.shape[0]:
@@ -200,6 +213,7 @@ def _changed(before_ids: Int64Array, before_d2: Float64Array, state: KnnState, r
 
 def process_stepwise(
     state: KnnState, index: WorkerIndex, objects: Objects, *, budget: int = DEFAULT_BUDGET,
+    kernel: str | None = None,
 ) -> Iterator[StepStats]:
     """Exact kNN update for objects of several timestamps, one probe for all of them.
 
@@ -208,12 +222,16 @@ def process_stepwise(
     that enters a result during the batch). The accepted pairs are then merged one timestamp
     at a time, in order, yielding after each, so the caller sees the state after every
     timestamp — per-timestamp result changes at the probe cost of one batch. ``objects`` must
-    be sorted by ``t``. The index is not told about shrunken balls here.
+    be sorted by ``t``. The index is not told about shrunken balls here. ``kernel`` as in
+    :func:`process_batch`.
     """
     if len(objects) == 0:
         return
     ts, first_of_t = np.unique(objects.t, return_index=True)
     n_per_t = np.diff(np.append(first_of_t, len(objects)))
+    if kernel_name(kernel) == "numba":
+        yield from _stepwise_compiled(state, index, objects, ts, n_per_t)
+        return
     tested = np.zeros(ts.shape[0], dtype=np.int64)
     acc_r: list[Int64Array] = []
     acc_o: list[Int64Array] = []
@@ -253,6 +271,26 @@ def process_stepwise(
         yield StepStats(int(t), step, float(tested[i]) / total)
 
 
+def _stepwise_compiled(
+    state: KnnState, index: WorkerIndex, objects: Objects, ts: Int64Array, n_per_t: Int64Array
+) -> Iterator[StepStats]:
+    """:func:`process_stepwise` through the compiled kernels (same results and counters)."""
+    rows, oid, d2, ot, tested_obj = index.lookup_accept(state, objects)
+    tested = np.bincount(np.searchsorted(ts, objects.t), weights=tested_obj, minlength=ts.shape[0]).astype(np.int64)
+    total = max(int(tested.sum()), 1)
+    order = np.argsort(ot, kind="stable")
+    rows, oid, d2, ot = rows[order], oid[order], d2[order], ot[order]
+    bounds = np.searchsorted(ot, np.append(ts, ts[-1] + 1))
+    for i, t in enumerate(ts.tolist()):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        step = UpdateStats(objects=int(n_per_t[i]), pairs_tested=int(tested[i]))
+        if hi > lo:
+            touched, changed, step.pairs_accepted = merge_accepted(state, rows[lo:hi], oid[lo:hi], d2[lo:hi])
+            step.updated_rows = touched[changed]
+            step.subs_updated = int(step.updated_rows.shape[0])
+        yield StepStats(int(t), step, float(tested[i]) / total)
+
+
 class Worker:
     """One worker of DkM-SKS (or KOP / SOP / PS²Stream): its kNN state and its index (paper
     §3, §4).
@@ -268,6 +306,9 @@ class Worker:
         ``G`` of the DkM-SKS grid.
     budget
         Candidate pairs per chunk (memory bound).
+    kernel
+        ``"numba"`` or ``"numpy"`` (:mod:`dkmsks.core.kernel`); default
+        :func:`~dkmsks.core.kernel.kernel_name`.
     index_options
         Extra keyword arguments for the index (e.g. ``max_cells``, ``shrink``).
 
@@ -288,13 +329,15 @@ class Worker:
         grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
         width: int = 1,
+        kernel: str | None = None,
         **index_options: float,
     ) -> None:
         self.method = method.lower()
         self.space = space
         self.budget = int(budget)
+        self.kernel = kernel_name(kernel)
         self.state = KnnState(width=width)
-        self.index: WorkerIndex = make_index(self.method, space, grid=grid, **index_options)
+        self.index: WorkerIndex = make_index(self.method, space, grid=grid, kernel=self.kernel, **index_options)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self.state)
@@ -324,9 +367,10 @@ class Worker:
             self.index.forget(rows)
         return int(rows.shape[0])
 
-    def process(self, objects: Objects) -> UpdateStats:
-        """Exact kNN update for a batch of objects, then lazy index maintenance."""
-        stats = process_batch(self.state, self.index, objects, budget=self.budget)
+    def process(self, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None) -> UpdateStats:
+        """Exact kNN update for a batch of objects, then lazy index maintenance (``probe``: the
+        index's probe of ``objects``, when shared with other workers built alike)."""
+        stats = process_batch(self.state, self.index, objects, budget=self.budget, kernel=self.kernel, probe=probe)
         self._after_batch(stats.updated_rows, int(objects.t.max()) if len(objects) else None)
         return stats
 
@@ -349,7 +393,7 @@ class Worker:
         ``through``: the batch's last timestamp when it may have no objects (the watermark
         still reaches it, so subscriptions deleted up to it are released)."""
         touched: list[Int64Array] = []
-        for step in process_stepwise(self.state, self.index, objects, budget=self.budget):
+        for step in process_stepwise(self.state, self.index, objects, budget=self.budget, kernel=self.kernel):
             touched.append(step.stats.updated_rows)
             yield step
         updated = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
@@ -381,10 +425,12 @@ class Worker:
         groups: npt.ArrayLike | None = None,
         grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
+        kernel: str | None = None,
         **index_options: float,
     ) -> Worker:
         """Rebuild a worker (state and index) from :meth:`to_arrays` output."""
-        w = cls(method, space, grid=grid, budget=budget, width=max(int(arrays.ids.shape[1]), 1), **index_options)
+        w = cls(method, space, grid=grid, budget=budget, width=max(int(arrays.ids.shape[1]), 1), kernel=kernel,
+                **index_options)
         w.add(arrays.subscriptions(), (arrays.ids, arrays.d2), groups=groups)
         w.index.maintain(w.state, force=True)
         return w

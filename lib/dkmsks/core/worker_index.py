@@ -39,7 +39,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core import kernel
 from dkmsks.core.config import DEFAULTS
+from dkmsks.core.kernel import kernel_name
 from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
 
@@ -102,14 +104,40 @@ def safe_ball_boxes(
     return x - r, y - r, x + r, y + r, r
 
 
-#: Bits of the key filter's slot index (4 MiB of bools per index).
-_FILTER_BITS = 22
+#: Bits of the key filter's slot index: 2^23 one-bit slots, 1 MiB per index, two hash functions
+#: (a Bloom filter). Packed bits, not bools: every object's probe keys hit the filter at random,
+#: and a filter near a core's L2 cache size answers them several times faster than a larger one;
+#: the second hash cuts the false positives that each cost a binary search (docs/benchmarks.md).
+_FILTER_BITS = kernel.FILTER_BITS
 
 
-def _filter_slot(keys: Int64Array) -> Int64Array:
-    """Filter slot of each key: the top bits of a multiplicative hash (uint64 arithmetic)."""
-    h = keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return (h >> np.uint64(64 - _FILTER_BITS)).astype(np.int64)
+def _filter_slots(keys: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """The two filter slots of each key: the top bits of two multiplicative hashes."""
+    u = keys.astype(np.uint64)
+    shift = np.uint64(64 - _FILTER_BITS)
+    return ((u * kernel.FILTER_MUL1) >> shift).astype(np.int64), ((u * kernel.FILTER_MUL2) >> shift).astype(np.int64)
+
+
+def _filter_set(bits: npt.NDArray[np.uint8], keys: Int64Array) -> None:
+    """Set the filter slots of ``keys`` in the packed filter ``bits`` (little bit order)."""
+    for slot in _filter_slots(keys):
+        np.bitwise_or.at(bits, slot >> 3, (1 << (slot & 7)).astype(np.uint8))
+
+
+def _filter_test(bits: npt.NDArray[np.uint8], keys: Int64Array) -> npt.NDArray[np.bool_]:
+    """Whether both filter slots of each key are set (``False``: the key has no posting)."""
+    s1, s2 = _filter_slots(keys)
+    first = bits[s1 >> 3] >> (s1 & 7).astype(np.uint8)
+    second = bits[s2 >> 3] >> (s2 & 7).astype(np.uint8)
+    return ((first & second) & 1).astype(np.bool_)
+
+
+def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
+    """A packed filter holding ``keys``."""
+    present = np.zeros(1 << _FILTER_BITS, dtype=np.bool_)
+    for slot in _filter_slots(keys):
+        present[slot] = True
+    return np.packbits(present, bitorder="little")
 
 
 class Postings:
@@ -134,7 +162,7 @@ class Postings:
         # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
         # probe keys (an object's fine cells under its keywords) have no posting, and dropping
         # them before the sort and the binary searches halves a worker's update time.
-        self._present = np.zeros(1 << _FILTER_BITS, dtype=np.bool_)
+        self._present = np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8)
 
     @property
     def n_main(self) -> int:
@@ -148,7 +176,7 @@ class Postings:
         """Add entries ``(key, row, epoch)`` to the unsorted delta part."""
         if keys.shape[0] == 0:
             return
-        self._present[_filter_slot(keys)] = True
+        _filter_set(self._present, keys)
         self._dk.append(keys.astype(np.int64, copy=False))
         self._dr.append(rows.astype(np.int64, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
@@ -191,8 +219,7 @@ class Postings:
         self._dk, self._dr, self._de, self._delta = [], [], [], None
         self.n_delta = 0
         self.n_stale = 0
-        self._present[:] = False
-        self._present[_filter_slot(self.keys)] = True
+        self._present = _filter_of(self.keys)
 
     def pairs(
         self,
@@ -208,7 +235,7 @@ class Postings:
         """
         if qkeys.shape[0] == 0:
             return
-        hit = self._present[_filter_slot(qkeys)]
+        hit = _filter_test(self._present, qkeys)
         qkeys, qowner = qkeys[hit], qowner[hit]
         if qkeys.shape[0] == 0:
             return
@@ -269,8 +296,13 @@ class WorkerIndex(Protocol):
     def forget(self, rows: Int64Array) -> None:
         """Drop the subscriptions of state ``rows`` from the index."""
 
+    #: Whether :meth:`probe` depends on the objects and the index's parameters only (not on the
+    #: subscriptions it holds), so that workers built alike can share one probe.
+    shared_probe: bool
+
     def candidates(
-        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET,
+        probe: tuple[Int64Array, Int64Array] | None = None,
     ) -> Iterator[tuple[Int64Array, Int64Array]]:
         """The candidate ``(object, row)`` pairs of ``objects``, in slices of about ``budget`` pairs."""
 
@@ -279,6 +311,11 @@ class WorkerIndex(Protocol):
 
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """The probe keys of ``objects`` and the object of each."""
+
+    def lookup_accept(
+        self, state: KnnState, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None
+    ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
+        """Candidates and their exact test in one compiled pass (:mod:`dkmsks.core.kernel`)."""
 
     def updated(self, state: KnnState, rows: Int64Array) -> None:
         """Note that the results (balls) of state ``rows`` changed."""
@@ -303,9 +340,12 @@ class _PostingsIndex:
     """
 
     kind = "base"
+    shared_probe = True  # SOP and PS²Stream probe their own subsets' rectangles
 
-    def __init__(self, *, merge_fraction: float = 0.125, merge_min: int = 1 << 16) -> None:
+    def __init__(self, *, merge_fraction: float = 0.125, merge_min: int = 1 << 16, kernel: str | None = None) -> None:
         self.postings = Postings()
+        #: ``numba`` or ``numpy``: how postings of new balls are computed (:mod:`dkmsks.core.kernel`).
+        self.kernel = kernel_name(kernel)
         self.epoch = np.zeros(16, dtype=np.int32)
         self.row_entries = np.zeros(16, dtype=np.int64)  # live entries per row
         self.merge_fraction = merge_fraction
@@ -364,12 +404,41 @@ class _PostingsIndex:
         return None
 
     def candidates(
-        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
+        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET,
+        probe: tuple[Int64Array, Int64Array] | None = None,
     ) -> Iterator[tuple[Int64Array, Int64Array]]:
-        """Candidate ``(object index, row)`` pairs in chunks of about ``budget`` pairs."""
+        """Candidate ``(object index, row)`` pairs in chunks of about ``budget`` pairs
+        (``probe``: :meth:`probe` of ``objects``, computed once for several workers)."""
         self._ensure(state.n_rows)
-        keys, owner = self.probe(objects)
-        yield from self.postings.pairs(keys, owner, self.epoch, budget)
+        for keys, owner in self._slices(objects, probe):
+            yield from self.postings.pairs(keys, owner, self.epoch, budget)
+
+    def _slices(
+        self, objects: Objects, probe: tuple[Int64Array, Int64Array] | None
+    ) -> Iterator[tuple[Int64Array, Int64Array]]:
+        return iter([probe]) if probe is not None else self.probe_slices(objects)
+
+    def probe_slices(self, objects: Objects) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """:meth:`probe` in slices that bound memory (one slice unless a kind needs more);
+        what the compiled kernel (:mod:`dkmsks.core.kernel`) looks up."""
+        yield self.probe(objects)
+
+    def lookup_accept(
+        self, state: KnnState, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None
+    ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
+        """:meth:`candidates` and the exact test in one compiled pass (:func:`kernel.lookup_accept`):
+        the accepted ``(row, object id, d², object t)`` and the live entries met per object."""
+        self._ensure(state.n_rows)
+        parts = [kernel.lookup_accept(keys, owner, self.postings, self.epoch, state, objects)
+                 for keys, owner in self._slices(objects, probe)]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z, np.zeros(0), z, np.zeros(len(objects), dtype=np.int64)
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]),
+                np.sum([p[4] for p in parts], axis=0))
 
 
 class KopIndex(_PostingsIndex):
@@ -411,6 +480,7 @@ class SopIndex(_PostingsIndex):
     """
 
     kind = "sop"
+    shared_probe = False  # an object probes the subsets whose R (this worker's balls) holds it
 
     def __init__(self, *, refresh_every: int = 1, **kw: float) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
@@ -522,21 +592,14 @@ class SopIndex(_PostingsIndex):
 
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """Keys of the subsets whose current ``R`` holds each object."""
-        parts = list(self._probe_slices(objects))
+        parts = list(self.probe_slices(objects))
         if not parts:
             z = np.zeros(0, dtype=np.int64)
             return z, z
         return np.concatenate([k for k, _ in parts]), np.concatenate([o for _, o in parts])
 
-    def candidates(
-        self, state: KnnState, objects: Objects, budget: int = DEFAULT_BUDGET
-    ) -> Iterator[tuple[Int64Array, Int64Array]]:
-        """The candidate ``(object, row)`` pairs of ``objects``, in slices of about ``budget`` pairs."""
-        self._ensure(state.n_rows)
-        for keys, owner in self._probe_slices(objects):
-            yield from self.postings.pairs(keys, owner, self.epoch, budget)
-
-    def _probe_slices(self, objects: Objects) -> Iterator[tuple[Int64Array, Int64Array]]:
+    def probe_slices(self, objects: Objects) -> Iterator[tuple[Int64Array, Int64Array]]:
+        """:meth:`probe` in slices of objects (the containment matrix is objects × subsets)."""
         n_groups = len(self.labels)
         if n_groups == 0 or len(objects) == 0:
             return
@@ -747,6 +810,10 @@ class GridIndex(_PostingsIndex):
         the lattice cells outside it at the finest level where the whole ball's cell range
         spans at most ``max_cells`` cells."""
         x0, y0, x1, y1, r = safe_ball_boxes(state, rows)
+        if self.kernel == "numba":
+            keys, owners = kernel.grid_entries(self, state, rows, (x0, y0, x1, y1, r), outside_top=_OUTSIDE_TOP,
+                                               lattice_limit=_LATTICE_LIMIT, kw_bits=_KW_BITS)
+            return keys, owners, r
         finite = np.isfinite(r)
         zero = np.zeros(rows.shape[0], dtype=np.int64)
         ux0 = np.where(finite, self.cell_x(np.where(finite, x0, 0.0)), zero)

@@ -1,0 +1,401 @@
+"""Compiled kernels of a worker's kNN update (numba), beside the numpy reference path.
+
+The numpy path of :mod:`dkmsks.core.update` and :mod:`dkmsks.core.worker_index` makes a few
+dozen small array calls per worker and timestamp; at the paper's scale a worker sees ~1,000
+objects and accepts a few hundred pairs per timestamp, so those calls' fixed costs, not the
+arithmetic, set its update time (docs/design.md §10). The kernels below do the same work in one
+compiled loop each:
+
+- :func:`lookup_accept` — steps 1–3 of :mod:`dkmsks.core.update`: every probe key is looked up
+  in the postings (sorted main part and sorted delta), stale entries are skipped by epoch, and
+  each live entry is tested exactly (liveness interval, ``d²``, the k-th result) at once, so
+  no candidate pair is ever materialised;
+- :func:`merge_accepted` — step 4: per row, the accepted objects (deduplicated, the ones
+  already in the result ignored) are merged with the current result by ``(d², id)``.
+
+Both give byte-identical results and the same work counters as the reference path
+(``tests/unit/test_kernel.py`` compares them with each other and with the oracle). ``d²`` is
+``dx*dx + dy*dy`` in float64 as the oracle computes it: numba does not contract it into a
+fused multiply-add unless ``fastmath`` is asked for, which it is not here.
+
+Which path runs is a parameter (``kernel=`` of :class:`~dkmsks.core.update.Worker`,
+:class:`~dkmsks.core.engine.Engine` and :func:`~dkmsks.core.engine.build_engine`): ``numba`` by
+default, ``numpy`` for the reference (also the default where numba cannot be imported).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dkmsks.core.model import Float64Array, Int64Array
+
+__all__ = ["KERNELS", "grid_entries", "kernel_name", "lookup_accept", "merge_accepted", "warm_up"]
+
+#: The kernel names :func:`kernel_name` accepts.
+KERNELS = ("numba", "numpy")
+
+try:  # numba is pinned in requirements.lock; the numpy path remains the reference without it
+    import numba
+
+    _jit: Any = numba.njit(cache=True, nogil=True)
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only on a machine without numba
+    HAVE_NUMBA = False
+
+    def _jit(fn: Any) -> Any:
+        return fn
+
+
+def kernel_name(requested: str | None = None) -> str:
+    """The kernel to use: ``requested``, else ``numba`` when it imports, else ``numpy``."""
+    name = (requested or ("numba" if HAVE_NUMBA else "numpy")).lower()
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}")
+    if name == "numba" and not HAVE_NUMBA:
+        raise ValueError("kernel 'numba' asked for, but numba cannot be imported; use kernel='numpy'")
+    return name
+
+
+#: The postings' key filter (:class:`~dkmsks.core.worker_index.Postings`): bits of a slot
+#: index and the multipliers of its two hashes.
+FILTER_BITS = 23
+FILTER_MUL1 = np.uint64(0x9E3779B97F4A7C15)
+FILTER_MUL2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_FILTER_SHIFT = np.uint64(64 - FILTER_BITS)
+
+
+@_jit
+def _filtered(present: Any, key: Any) -> bool:
+    """Whether both filter slots of ``key`` are set."""
+    u = np.uint64(key)
+    a = (u * FILTER_MUL1) >> _FILTER_SHIFT
+    b = (u * FILTER_MUL2) >> _FILTER_SHIFT
+    seven = np.uint64(7)
+    three = np.uint64(3)
+    return bool((present[a >> three] >> (a & seven)) & (present[b >> three] >> (b & seven)) & np.uint8(1))
+
+
+@_jit
+def _grow(a: Any, n: int) -> Any:
+    out = np.empty(max(2 * a.shape[0], n, 64), dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@_jit
+def _lookup_accept(qkeys, qowner, present, keys, ptr, prow, pep, dkeys, drow, dep, epoch,  # noqa: ANN001
+                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
+    n_obj = o_ids.shape[0]
+    tested = np.zeros(n_obj, dtype=np.int64)
+    cap = 1024
+    a_row = np.empty(cap, dtype=np.int64)
+    a_oid = np.empty(cap, dtype=np.int64)
+    a_d2 = np.empty(cap, dtype=np.float64)
+    a_ot = np.empty(cap, dtype=np.int64)
+    n = 0
+    n_keys = keys.shape[0]
+    n_dkeys = dkeys.shape[0]
+    for q in range(qkeys.shape[0]):
+        key = qkeys[q]
+        # Most probe keys have no posting: the filter drops them before any search.
+        if not _filtered(present, key):
+            continue
+        obj = qowner[q]
+        ot = o_t[obj]
+        ox = o_x[obj]
+        oy = o_y[obj]
+        oid = o_ids[obj]
+        for part in range(2):
+            if part == 0:
+                at = np.searchsorted(keys, key)
+                if at == n_keys or keys[at] != key:
+                    continue
+                lo = ptr[at]
+                hi = ptr[at + 1]
+            else:
+                lo = np.searchsorted(dkeys, key)
+                hi = lo
+                while hi < n_dkeys and dkeys[hi] == key:
+                    hi += 1
+            for e in range(lo, hi):
+                if part == 0:
+                    row = prow[e]
+                    if pep[e] != epoch[row]:
+                        continue
+                else:
+                    row = drow[e]
+                    if dep[e] != epoch[row]:
+                        continue
+                tested[obj] += 1
+                if not (s_t[row] <= ot and ot < s_end[row]):
+                    continue
+                dx = ox - s_x[row]
+                dy = oy - s_y[row]
+                d2 = dx * dx + dy * dy
+                kk = s_k[row] - 1
+                kid = s_ids[row, kk]
+                kd2 = s_d2[row, kk]
+                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+                    if n == a_row.shape[0]:
+                        a_row = _grow(a_row, n + 1)
+                        a_oid = _grow(a_oid, n + 1)
+                        a_d2 = _grow(a_d2, n + 1)
+                        a_ot = _grow(a_ot, n + 1)
+                    a_row[n] = row
+                    a_oid[n] = oid
+                    a_d2[n] = d2
+                    a_ot[n] = ot
+                    n += 1
+    return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+
+
+def lookup_accept(
+    qkeys: Int64Array, qowner: Int64Array, postings: Any, epoch: Any, state: Any, objects: Any
+) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
+    """Look up probe keys and test every live entry exactly (module doc, steps 1–3).
+
+    ``qowner[i]`` is the object (index into ``objects``) that asked for ``qkeys[i]``.
+    Returns the accepted ``(row, object id, d², object t)`` (not deduplicated: a pair found
+    through ``j`` shared keywords appears ``j`` times, as in the reference) and, per object, the
+    number of live index entries its keys met (the ``pairs_tested`` counter).
+    """
+    dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
+    n = state.n_rows
+    return _lookup_accept(
+        qkeys, qowner, postings._present, postings.keys, postings.ptr, postings.rows, postings.epochs,  # noqa: SLF001
+        dk, dr, de, epoch,
+        state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
+        objects.t, objects.x, objects.y, objects.ids,
+    )
+
+
+@_jit
+def _merge_accepted(s_ids, s_d2, s_k, rows, oid, d2):  # noqa: ANN001
+    n = rows.shape[0]
+    order = np.argsort(rows, kind="mergesort")
+    K = s_ids.shape[1]
+    new_ids = np.empty(K, dtype=np.int64)
+    new_d2 = np.empty(K, dtype=np.float64)
+    g_oid = np.empty(max(n, 1), dtype=np.int64)
+    g_d2 = np.empty(max(n, 1), dtype=np.float64)
+    touched = np.empty(n, dtype=np.int64)
+    changed = np.zeros(n, dtype=np.bool_)
+    n_touched = 0
+    n_distinct = 0
+    a = 0
+    while a < n:
+        row = rows[order[a]]
+        b = a
+        while b < n and rows[order[b]] == row:
+            b += 1
+        # The group's accepted objects, sorted by (d², id) with an insertion sort (groups are
+        # a handful of entries), duplicates (same object through several keywords) dropped.
+        m = 0
+        for i in range(a, b):
+            j = order[i]
+            vd, vo = d2[j], oid[j]
+            p = m
+            while p > 0 and (g_d2[p - 1] > vd or (g_d2[p - 1] == vd and g_oid[p - 1] > vo)):
+                p -= 1
+            if p > 0 and g_oid[p - 1] == vo and g_d2[p - 1] == vd:
+                continue
+            for q in range(m, p, -1):
+                g_d2[q] = g_d2[q - 1]
+                g_oid[q] = g_oid[q - 1]
+            g_d2[p] = vd
+            g_oid[p] = vo
+            m += 1
+        n_distinct += m
+        a = b
+        # Objects already in the row's result (a replayed batch) are ignored.
+        kept = 0
+        for i in range(m):
+            present = False
+            for c in range(K):
+                if s_ids[row, c] == g_oid[i]:
+                    present = True
+                    break
+            if not present:
+                g_oid[kept] = g_oid[i]
+                g_d2[kept] = g_d2[i]
+                kept += 1
+        if kept == 0:
+            continue
+        touched[n_touched] = row
+        # Two-way merge of the current result and the accepted objects into the first k slots.
+        k = s_k[row]
+        ci = 0
+        ai = 0
+        landed = False
+        for pos in range(K):
+            new_ids[pos] = -1
+            new_d2[pos] = np.inf
+        for pos in range(k):
+            has_c = ci < K and s_ids[row, ci] >= 0
+            has_a = ai < kept
+            if not has_c and not has_a:
+                break
+            if has_c and (not has_a or s_d2[row, ci] < g_d2[ai]
+                          or (s_d2[row, ci] == g_d2[ai] and s_ids[row, ci] < g_oid[ai])):
+                new_ids[pos] = s_ids[row, ci]
+                new_d2[pos] = s_d2[row, ci]
+                ci += 1
+            else:
+                new_ids[pos] = g_oid[ai]
+                new_d2[pos] = g_d2[ai]
+                ai += 1
+                landed = True
+        for pos in range(K):
+            s_ids[row, pos] = new_ids[pos]
+            s_d2[row, pos] = new_d2[pos]
+        changed[n_touched] = landed
+        n_touched += 1
+    return touched[:n_touched].copy(), changed[:n_touched].copy(), n_distinct
+
+
+def merge_accepted(
+    state: Any, rows: Int64Array, oid: Int64Array, d2: Float64Array
+) -> tuple[Int64Array, Any, int]:
+    """Merge accepted pairs into the state's kNN matrices in place (module doc, step 4).
+
+    Returns the rows that received at least one object not already in their result
+    (ascending), whether each one's result changed (an object accepted against an older state
+    may fall beyond the k-th), and the number of distinct ``(row, object)`` pairs.
+    """
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_), 0
+    touched, changed, distinct = _merge_accepted(state.ids, state.d2, state.k, rows, oid, d2)
+    return touched, changed, int(distinct)
+
+
+@_jit
+def _first_level(a0: int, a1: int, b0: int, b1: int, levels: Any, max_cells: int, fallback: int) -> int:
+    """First of ``levels`` where the cell range ``[a0, a1] × [b0, b1]`` spans at most
+    ``max_cells`` cells (each side capped first, so lattice-wide ranges cannot overflow)."""
+    cap = max_cells + 1
+    for lv in levels:
+        nx = min((a1 >> lv) - (a0 >> lv) + 1, cap)
+        ny = min((b1 >> lv) - (b0 >> lv) + 1, cap)
+        if nx * ny <= max_cells:
+            return lv
+    return fallback
+
+
+@_jit
+def _lattice(v: float, origin: float, width: float, limit: int) -> Any:
+    """Fine lattice index of ``v`` (``GridIndex.cell_x``): floor, clamped to ``±limit``."""
+    c = np.floor((v - origin) / width)
+    if c < -limit:
+        c = -limit
+    elif c > limit:
+        c = limit
+    return np.int64(c)
+
+
+@_jit
+def _outside_id(lv: int, cx: int, cy: int, base: int, span: Any) -> Any:
+    """``GridIndex.outside_ids`` of one cell (the same uint64 hash)."""
+    h = (np.uint64(cx) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(cy) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (
+        (np.uint64(lv) + np.uint64(1)) * np.uint64(0x165667B19E3779F9))
+    h ^= h >> np.uint64(31)
+    h *= np.uint64(0xD6E8FEB86659FD93)
+    h ^= h >> np.uint64(32)
+    return np.int64(np.uint64(base) + h % span)
+
+
+@_jit
+def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  # noqa: ANN001, PLR0913
+                  levels_in, top, G, max_cells, offset, outside_base, outside_top,
+                  xmin, ymin, cw, ch, mx, my, limit, kw_bits):
+    n = rows.shape[0]
+    g = G - 1
+    span = np.uint64((1 << kw_bits) - outside_base)
+    outside_levels = np.arange(outside_top, dtype=np.int64)
+    cap = 1024
+    keys = np.empty(cap, dtype=np.int64)
+    owners = np.empty(cap, dtype=np.int64)
+    m = 0
+    # Inside parts of every row first, then the outside parts (the numpy reference's order).
+    for outside in range(2):
+        for i in range(n):
+            ri = r[i]
+            finite = np.isfinite(ri)
+            ux0 = _lattice(x0[i], xmin, cw, limit) if finite else 0
+            ux1 = _lattice(x1[i], xmin, cw, limit) if finite else 0
+            uy0 = _lattice(y0[i], ymin, ch, limit) if finite else 0
+            uy1 = _lattice(y1[i], ymin, ch, limit) if finite else 0
+            cx0, cx1 = min(max(ux0, 0), g), min(max(ux1, 0), g)
+            cy0, cy1 = min(max(uy0, 0), g), min(max(uy1, 0), g)
+            level = _first_level(cx0, cx1, cy0, cy1, levels_in, max_cells, top) if finite else top
+            if outside == 0:
+                bx0, bx1, by0, by1 = cx0 >> level, cx1 >> level, cy0 >> level, cy1 >> level
+            else:
+                if not (finite and level < top and (ux0 < 0 or ux1 > g or uy0 < 0 or uy1 > g)):
+                    continue
+                level = _first_level(ux0, ux1, uy0, uy1, outside_levels, max_cells, outside_top)
+                bx0, bx1, by0, by1 = ux0 >> level, ux1 >> level, uy0 >> level, uy1 >> level
+            is_top = level == top and outside == 0
+            for cy in range(by0, by1 + 1):
+                for cx in range(bx0, bx1 + 1):
+                    if outside == 1 and (cx >= 0 and ((cx + 1) << level) <= G and cy >= 0
+                                         and ((cy + 1) << level) <= G):
+                        continue  # the inside part covers the points of this cell
+                    lo_x = -np.inf if is_top or (cx << level) <= -limit else xmin + (cx << level) * cw - mx
+                    hi_x = np.inf if is_top or ((cx + 1) << level) > limit else xmin + ((cx + 1) << level) * cw + mx
+                    lo_y = -np.inf if is_top or (cy << level) <= -limit else ymin + (cy << level) * ch - my
+                    hi_y = np.inf if is_top or ((cy + 1) << level) > limit else ymin + ((cy + 1) << level) * ch + my
+                    ddx = max(max(lo_x - sx[i], 0.0), sx[i] - hi_x)
+                    ddy = max(max(lo_y - sy[i], 0.0), sy[i] - hi_y)
+                    if not (ddx * ddx + ddy * ddy <= ri * ri):
+                        continue
+                    if outside == 1:
+                        cell = _outside_id(level, cx, cy, outside_base, span)
+                    elif level == top:
+                        cell = offset[level]
+                    else:
+                        cell = offset[level] + cy * (((G - 1) >> level) + 1) + cx
+                    row = rows[i]
+                    for j in range(kw_len[row]):
+                        if m == keys.shape[0]:
+                            keys = _grow(keys, m + 1)
+                            owners = _grow(owners, m + 1)
+                        keys[m] = (cell << kw_bits) | np.int64(kw_pool[kw_start[row] + j])
+                        owners[m] = row
+                        m += 1
+    return keys[:m].copy(), owners[:m].copy()
+
+
+def grid_entries(
+    index: Any, state: Any, rows: Int64Array, boxes: tuple[Any, ...], *, outside_top: int, lattice_limit: int,
+    kw_bits: int,
+) -> tuple[Int64Array, Int64Array]:
+    """``GridIndex._entries``'s postings ``(keys, rows)`` of state ``rows``, compiled; ``boxes``
+    are their safe ball boxes ``(xmin, ymin, xmax, ymax, r)``, the rest the grid's constants."""
+    x0, y0, x1, y1, r = boxes
+    sp = index.space
+    levels_in = np.array([lv for lv in index.levels if lv != index.top], dtype=np.int64)
+    return _grid_entries(
+        rows, state.x[rows], state.y[rows], x0, y0, x1, y1, r, state.kw_start, state.kw_len, state.kw_pool,
+        levels_in, int(index.top), int(index.G), int(index.max_cells), index._offset,  # noqa: SLF001
+        int(index.outside_base), int(outside_top), float(sp.xmin), float(sp.ymin), float(index.cw),
+        float(index.ch), float(index._mx), float(index._my), int(lattice_limit), int(kw_bits),  # noqa: SLF001
+    )
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel by running a tiny worker through one
+    insertion, one re-index and one update: a process's first timestamp then pays no compile
+    time (a cold compile takes ~10 s; the image build runs this once, docs/deployment.md)."""
+    from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions
+    from dkmsks.core.update import Worker
+
+    kws = KeywordSets.from_lists([[0], [0, 1]])
+    worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), kernel="numba")
+    worker.add(Subscriptions(np.array([1, 2]), np.array([0.2, 0.8]), np.array([0.2, 0.8]), kws,
+                             np.array([1, 1], dtype=np.int32), np.zeros(2, dtype=np.int64)))
+    objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
+    worker.process(objects)
+    list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
+                                         KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))

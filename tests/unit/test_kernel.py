@@ -1,0 +1,159 @@
+"""The compiled kernels (core/kernel.py) against the numpy reference path and the oracle.
+
+Both kernels must give byte-identical results *and* the same work counters on every method,
+with subscription insertions and deletions, per timestamp and in multi-timestamp batches;
+the oracle is the independent check that both are right.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dkmsks.core.config import PartitionConfig
+from dkmsks.core.engine import build_engine
+from dkmsks.core.kernel import kernel_name
+from dkmsks.core.knn_state import KnnState
+from dkmsks.core.model import KeywordSets, Rect, Subscriptions, describe_difference, results_equal
+from dkmsks.core.oracle import oracle_results
+from dkmsks.core.update import Worker
+from dkmsks.core.worker_index import GridIndex
+from dkmsks.core.workload import WorkloadSpec, generate_workload
+from test_engine import make_engine
+from test_update import METHODS, adversarial_case, apply_events, initial_worker
+
+pytestmark = pytest.mark.unit
+
+ALL_METHODS = (*METHODS, "ps2")
+
+
+def assert_same_state(a: Worker, b: Worker, where: str) -> None:
+    """Byte-identical kNN matrices of the live rows, keyed by subscription id."""
+    ra, rb = a.state.live_rows(), b.state.live_rows()
+    assert np.array_equal(a.state.sub_id[ra], b.state.sub_id[rb]), where
+    assert np.array_equal(a.state.ids[ra], b.state.ids[rb]), where
+    assert np.array_equal(a.state.d2[ra].view(np.int64), b.state.d2[rb].view(np.int64)), where
+
+
+def test_kernel_name_choices() -> None:
+    assert kernel_name() == "numba"  # numba is pinned in requirements.lock: the default path
+    assert kernel_name("NumPy") == "numpy"
+    with pytest.raises(ValueError, match="unknown kernel 'fortran'; valid kernels: numba, numpy"):
+        kernel_name("fortran")
+    with pytest.raises(ValueError, match="unknown kernel 'fortran'"):
+        Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), kernel="fortran")
+
+
+@pytest.mark.parametrize(("method", "seed"), list(itertools.product(ALL_METHODS, range(3))))
+def test_adversarial_engines_identical_and_exact(method: str, seed: int) -> None:
+    """Lattice ties, objects outside the data space, deletions and re-registrations: both
+    kernels step for step the same, and equal to the oracle at the end."""
+    objects, events = adversarial_case(seed, timestamps=6)
+    engines = {k: make_engine(method, 3, objects, events, t0=1, grid=4, kernel=k) for k in ("numba", "numpy")}
+    for t in range(2, 7):
+        ma, mb = (next(iter(e.run(objects, events, until=t))) for e in engines.values())
+        assert np.array_equal(ma.worker_work, mb.worker_work), (method, t)
+        assert np.array_equal(ma.worker_accepted, mb.worker_accepted), (method, t)
+        assert np.array_equal(ma.worker_updated, mb.worker_updated), (method, t)
+        for w in range(3):
+            assert_same_state(engines["numba"].workers[w], engines["numpy"].workers[w], f"{method} t={t} w={w}")
+    got, expected = engines["numba"].results(), oracle_results(objects, events, 6, t0=1)
+    assert results_equal(got, expected), describe_difference(got, expected)
+
+
+@pytest.fixture(scope="module")
+def real_workload() -> tuple:
+    from conftest import real_objects
+
+    source, _ = real_objects(12_000)
+    spec = WorkloadSpec(
+        o_init=8_000, subscriptions=2_000, timestamps=4, objects_per_ts=1_000,
+        inserts_per_ts=150, deletes_per_ts=150, k_max=10, seed=23,
+    )
+    return generate_workload(source, spec)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize(("method", "m"), list(itertools.product(ALL_METHODS, [1, 5])))
+def test_real_data_engines_identical_and_exact(method: str, m: int, real_workload: tuple) -> None:
+    """Each method's real initial phase (plan and main server), then four timestamps of real
+    objects with insertions and deletions: same results and counters, equal to the oracle."""
+    objects, events = real_workload
+    config = PartitionConfig(method=method, workers=m)
+    runs = {}
+    for k in ("numba", "numpy"):
+        engine, _ = build_engine(config, objects, events, kernel=k)
+        runs[k] = (engine, list(engine.run(objects, events)))
+    (ea, ma), (eb, mb) = runs.values()
+    assert [m_.work for m_ in ma] == [m_.work for m_ in mb]
+    assert [list(m_.worker_accepted) for m_ in ma] == [list(m_.worker_accepted) for m_ in mb]
+    for w in range(m):
+        assert_same_state(ea.workers[w], eb.workers[w], f"{method} m={m} w={w}")
+    last = int(max(objects.t.max(), events.t.max()))
+    expected = oracle_results(objects, events, last, t0=config.t0)
+    got = ea.results()
+    assert results_equal(got, expected), describe_difference(got, expected)
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_stepwise_batches_identical(method: str) -> None:
+    """A multi-timestamp batch probed once (the Spark path, docs/design.md §3 fact 2), with
+    deletions and insertions inside the batch: the same per-timestamp counters and changed
+    rows from both kernels, the same final state, equal to the oracle."""
+    objects, events = adversarial_case(5, timestamps=7)
+    workers = {k: initial_worker(method, objects, events, t0=1, grid=4, kernel=k) for k in ("numba", "numpy")}
+    steps = {}
+    for k, worker in workers.items():
+        for t in range(2, 8):
+            apply_events(worker, events, t, in_batch=True)
+        batch = objects.take(np.flatnonzero(objects.t >= 2))
+        steps[k] = [(s.t, s.stats.pairs_tested, s.stats.pairs_accepted, s.stats.updated_rows.tolist())
+                    for s in worker.process_stepwise(batch, through=7)]
+    assert steps["numba"] == steps["numpy"]
+    assert_same_state(workers["numba"], workers["numpy"], method)
+    expected = oracle_results(objects, events, 7, t0=1)
+    assert results_equal(workers["numba"].results(), expected)
+
+
+def test_replayed_batch_changes_nothing_compiled() -> None:
+    """Objects already in a result are ignored by the compiled merge (a replay is a no-op)."""
+    objects, events = adversarial_case(3, timestamps=4)
+    worker = initial_worker("dkm", objects, events, t0=1, grid=4, kernel="numba")
+    for t in range(2, 5):
+        apply_events(worker, events, t, in_batch=False)
+        worker.process(objects.take(np.flatnonzero(objects.t == t)))
+    before = worker.state.ids.copy(), worker.state.d2.copy()
+    stats = worker.process(objects.take(np.flatnonzero(objects.t == 4)))
+    assert stats.subs_updated == 0
+    assert np.array_equal(before[0], worker.state.ids) and np.array_equal(before[1], worker.state.d2)
+
+
+def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Generator) -> None:
+    """The compiled postings of balls (GridIndex._entries) equal the reference key for key and
+    in order: small and huge balls, balls hanging over the space's edge, centres far outside
+    it (the hashed outside lattice, negative cells), and unbounded balls (fewer than k results)."""
+    space = Rect(0.0, 0.0, 100.0, 50.0)
+    n = 400
+    x = np.concatenate([rng.uniform(0, 100, 300), rng.uniform(-5e6, 5e6, 60), rng.uniform(-3, 103, 40)])
+    y = np.concatenate([rng.uniform(0, 50, 300), rng.uniform(-5e6, 5e6, 60), rng.uniform(-3, 53, 40)])
+    kws = KeywordSets.from_lists([rng.choice(50, int(rng.integers(1, 4)), replace=False).tolist() for _ in range(n)])
+    subs = Subscriptions(np.arange(n, dtype=np.int64), x, y, kws, np.full(n, 2, dtype=np.int32),
+                         np.zeros(n, dtype=np.int64))
+    radius = np.concatenate([rng.uniform(0, 0.3, 200), rng.uniform(0, 40, 150), rng.uniform(1e3, 1e7, 50)])
+    rng.shuffle(radius)
+    ids = np.tile(np.array([7, 9], dtype=np.int64), (n, 1))
+    d2 = np.stack([radius * radius / 4, radius * radius], axis=1)
+    ids[::9, 1] = -1  # every ninth result not full: an unbounded ball
+    d2[::9, 1] = np.inf
+    state = KnnState(width=2)
+    rows = state.add(subs, (ids, d2))
+    out = {}
+    for k in ("numba", "numpy"):
+        index = GridIndex(space, 64, kernel=k)
+        out[k] = index._entries(state, rows)  # noqa: SLF001 - the function under comparison
+    (ka, oa, ra), (kb, ob, rb) = out.values()
+    assert ka.shape[0] > 5 * n  # the case exercises many cells and keywords
+    assert np.array_equal(ka, kb) and np.array_equal(oa, ob) and np.array_equal(ra, rb)
+    assert ((ka >> 32) >= GridIndex(space, 64).outside_base).any()  # the outside lattice was reached
