@@ -16,7 +16,7 @@ from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.kernel import kernel_name
 from dkmsks.core.knn_state import KnnState
-from dkmsks.core.model import KeywordSets, Rect, Subscriptions, describe_difference, results_equal
+from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.update import Worker
 from dkmsks.core.worker_index import GridIndex
@@ -157,3 +157,19 @@ def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Gene
     assert ka.shape[0] > 5 * n  # the case exercises many cells and keywords
     assert np.array_equal(ka, kb) and np.array_equal(oa, ob) and np.array_equal(ra, rb)
     assert ((ka >> 32) >= GridIndex(space, 64).outside_base).any()  # the outside lattice was reached
+
+
+@pytest.mark.parametrize("levels", ["pyramid", "flat"])
+def test_grid_probe_identical_inside_and_outside(levels: str, rng: np.random.Generator) -> None:
+    """The compiled probe (each object's cell at every level under each keyword) equals the
+    reference key for key and in order, for objects inside the space, on its edges and far
+    outside it (the outside lattice)."""
+    space = Rect(0.0, 0.0, 100.0, 50.0)
+    n = 300
+    x = np.concatenate([rng.uniform(0, 100, 200), [0.0, 100.0, 0.0, 100.0], rng.uniform(-1e6, 1e6, 96)])
+    y = np.concatenate([rng.uniform(0, 50, 200), [0.0, 50.0, 50.0, 0.0], rng.uniform(-1e6, 1e6, 96)])
+    kws = KeywordSets.from_lists([rng.choice(40, int(rng.integers(1, 5)), replace=False).tolist() for _ in range(n)])
+    objects = Objects(np.arange(n, dtype=np.int64), x, y, kws, np.ones(n, dtype=np.int64))
+    (ka, oa), (kb, ob) = (GridIndex(space, 64, levels=levels, kernel=k).probe(objects) for k in ("numba", "numpy"))
+    assert ka.shape[0] > 3 * n
+    assert np.array_equal(ka, kb) and np.array_equal(oa, ob)

@@ -31,7 +31,7 @@ import numpy as np
 
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["KERNELS", "grid_entries", "kernel_name", "lookup_accept", "merge_accepted", "warm_up"]
+__all__ = ["KERNELS", "grid_entries", "grid_probe", "kernel_name", "lookup_accept", "merge_accepted", "warm_up"]
 
 #: The kernel names :func:`kernel_name` accepts.
 KERNELS = ("numba", "numpy")
@@ -399,3 +399,50 @@ def warm_up() -> None:
     worker.process(objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
+
+
+@_jit
+def _grid_probe(owner, kw, x, y, levels, top, G, offset, xmin, ymin, cw, ch, limit, kw_bits):  # noqa: ANN001
+    n = owner.shape[0]
+    cx = np.empty(n, dtype=np.int64)
+    cy = np.empty(n, dtype=np.int64)
+    n_inside = 0
+    for i in range(n):
+        cx[i] = _lattice(x[owner[i]], xmin, cw, limit)
+        cy[i] = _lattice(y[owner[i]], ymin, ch, limit)
+        if 0 <= cx[i] < G and 0 <= cy[i] < G:
+            n_inside += 1
+    total = 0
+    for lv in levels:
+        total += n if lv == top else n_inside
+    keys = np.empty(total, dtype=np.int64)
+    owners = np.empty(total, dtype=np.int64)
+    m = 0
+    # Level after level, as the numpy reference orders them.
+    for lv in levels:
+        side = ((G - 1) >> lv) + 1
+        for i in range(n):
+            inside = 0 <= cx[i] < G and 0 <= cy[i] < G
+            if lv == top:
+                cell = offset[lv]
+            elif inside:
+                cell = offset[lv] + (cy[i] >> lv) * side + (cx[i] >> lv)
+            else:
+                continue
+            keys[m] = (cell << kw_bits) | kw[i]
+            owners[m] = owner[i]
+            m += 1
+    return keys, owners, cx, cy
+
+
+def grid_probe(
+    index: Any, owner: Int64Array, kw: Int64Array, objects: Any, *, lattice_limit: int, kw_bits: int
+) -> tuple[Int64Array, Int64Array, Int64Array, Int64Array]:
+    """``GridIndex.probe``'s keys of the pyramid (inside the data space) and the top cell, in its
+    order, for the ``(object, keyword)`` pairs ``owner, kw``; also each pair's lattice cell (the
+    caller adds the outside lattice's keys for the rare objects outside the space)."""
+    sp = index.space
+    return _grid_probe(
+        owner, kw, objects.x, objects.y, np.asarray(index.levels, dtype=np.int64), int(index.top), int(index.G),
+        index._offset, float(sp.xmin), float(sp.ymin), float(index.cw), float(index.ch),  # noqa: SLF001
+        int(lattice_limit), int(kw_bits))

@@ -889,15 +889,22 @@ class GridIndex(_PostingsIndex):
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """Each object's cell at every level, under each of its keywords."""
         owner, kw = _object_keyword_pairs(objects)
-        cx, cy = self.cell_x(objects.x)[owner], self.cell_y(objects.y)[owner]
-        inside = (cx >= 0) & (cx < self.G) & (cy >= 0) & (cy < self.G)
         keys, owners = [], []
-        # Inside the space: the pyramid; every object: the top cell (the whole plane).
-        for lv in self.levels:
-            sel = slice(None) if lv == self.top else inside
-            cell = self.dense_ids(lv, cx[sel] >> lv, cy[sel] >> lv)
-            keys.append((cell << _KW_BITS) | kw[sel])
-            owners.append(owner[sel])
+        if self.kernel == "numba":
+            pyramid_keys, pyramid_owners, cx, cy = kernel.grid_probe(self, owner, kw, objects,
+                                                                     lattice_limit=_LATTICE_LIMIT, kw_bits=_KW_BITS)
+            keys.append(pyramid_keys)
+            owners.append(pyramid_owners)
+            inside = (cx >= 0) & (cx < self.G) & (cy >= 0) & (cy < self.G)
+        else:
+            cx, cy = self.cell_x(objects.x)[owner], self.cell_y(objects.y)[owner]
+            inside = (cx >= 0) & (cx < self.G) & (cy >= 0) & (cy < self.G)
+            # Inside the space: the pyramid; every object: the top cell (the whole plane).
+            for lv in self.levels:
+                rows = slice(None) if lv == self.top else inside
+                cell = self.dense_ids(lv, cx[rows] >> lv, cy[rows] >> lv)
+                keys.append((cell << _KW_BITS) | kw[rows])
+                owners.append(owner[rows])
         # Outside it: the outside lattice, every level (such objects are rare).
         if not inside.all():
             o = ~inside

@@ -535,10 +535,13 @@ class MainServer:
             return 0  # (Eq. 1 and PS²Stream's counts do not depend on the ball)
         where, shrink = self._where, self.refresh_shrink
         # Only balls that became finite or shrank enough since they were last costed.
+        # Most changed balls belong to initial subscriptions, which are never re-costed: one
+        # vectorised membership test first, then the per-id rule on the few new ones.
+        known = np.flatnonzero(np.isin(ids, np.fromiter(where.keys(), dtype=np.int64, count=len(where))))
         pick = []
-        for i, (sid, r) in enumerate(zip(ids.tolist(), r2.tolist(), strict=True)):
-            last = where[sid][3] if sid in where else None
-            if last is not None and r != last and (last == math.inf or r <= shrink * last):
+        for i in known.tolist():
+            last, r = where[int(ids[i])][3], float(r2[i])
+            if r != last and (last == math.inf or r <= shrink * last):
                 pick.append(i)
         if not pick:
             return 0
