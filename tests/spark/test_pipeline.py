@@ -6,6 +6,8 @@ then runs in a database of its own whose landing tables are Delta shallow clones
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -111,10 +113,33 @@ def _assert_views_equal(spark, expected, *, sub_ids=None, plan_version=None):
     want = {s: list(zip(range(1, len(r.object_ids) + 1), r.object_ids.tolist(), r.distances.tolist(), strict=True))
             for s, r in wanted.items() if len(r.object_ids)}
     assert {s: sorted(v) for s, v in got.items()} == want
+    # The object columns: each row's are its object's in the landing table (the view's join
+    # with objects; the query above reads no object column, so Spark drops that join from it).
+    located = spark.sql(f"SELECT object_id, object_x, object_y, object_keywords FROM knn_results{where}").collect()
+    objects = {r.id: (r.x, r.y, list(r.keywords))
+               for r in spark.sql("SELECT id, x, y, keywords FROM objects").collect()}
+    assert len(located) == len(rows)
+    assert all((r.object_x, r.object_y, list(r.object_keywords)) == objects[r.object_id] for r in located)
     current = spark.sql(f"SELECT sub_id, plan_version FROM knn_current{where}").collect()
     assert sorted(r.sub_id for r in current) == sorted(wanted)
     if plan_version is not None:
         assert {r.plan_version for r in current} == {plan_version}
+
+
+def _reads_objects(spark, query: str) -> bool:
+    """Whether ``query``'s optimized plan reads the ``objects`` table."""
+    plan = spark.sql(query)._jdf.queryExecution().optimizedPlan().toString()
+    return re.search(r"Relation \S*\bobjects\[", plan) is not None
+
+
+def test_a_results_query_without_object_columns_does_not_read_objects(spark, pipeline_db):
+    """A reader's point query of ``knn_results`` (or a count) that reads no object column never
+    touches the landing table: the view's objects side is unique on ``id``, so Spark drops the
+    join (docs/design.md §9), instead of shuffling every object for a handful of ids."""
+    point = "FROM knn_results WHERE sub_id IN (1, 2, 3)"
+    assert not _reads_objects(spark, f"SELECT sub_id, rank, object_id, distance {point}")
+    assert not _reads_objects(spark, "SELECT count(*) FROM knn_results")
+    assert _reads_objects(spark, f"SELECT * {point}")  # the object's location still comes from objects
 
 
 @pytest.mark.parametrize("method", ["kop", "sop", "dkm"])
