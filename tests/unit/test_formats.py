@@ -299,6 +299,27 @@ def test_results_export_is_ordered_json_lines(tmp_path):
     }
 
 
+
+def test_results_export_lines_are_exact_across_sliced_batches(tmp_path, monkeypatch):
+    """Several Arrow batches (each a slice of one table, with offsets not starting at 0) give
+    the lines ``json.dumps`` gives, every distance reading back as ``np.sqrt(d2)``."""
+    import dkmsks.io.formats as formats
+
+    monkeypatch.setattr(formats, "_EXPORT_BATCH_ROWS", 3)
+    rng = np.random.default_rng(5)
+    results = {}
+    for s in range(11):
+        n = int(rng.integers(0, 5))
+        d2 = np.sort(rng.random(n) * 10.0 ** rng.integers(-8, 30))
+        d2[: n // 2] = np.floor(d2[: n // 2])  # whole distances too (printed with ".0")
+        results[100 - s] = KnnResult(rng.integers(0, 2**62, n, dtype=np.int64), np.sort(d2))
+    assert write_results(tmp_path / "r.jsonl", results, 9) == 11
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    expected = [json.dumps({"sub_id": s, "t": 9, "object_ids": results[s].object_ids.tolist(),
+                            "distances": np.sqrt(results[s].d2).tolist()}) for s in sorted(results)]
+    assert [json.loads(x) for x in lines] == [json.loads(x) for x in expected]
+
+
 # --------------------------------------------------------------------------- windowed reads
 
 _EXTRA_OBJECTS = ["30\t1\t2\tcafe\t+3", "31\t1\t2\tcafe\t 3", "32\t1\t2\tcafe\t03", "33\t1\t2\tcafe\t2\r",

@@ -982,13 +982,17 @@ def _json_lines(batch: pa.RecordBatch, t: int) -> memoryview:
     """The export lines of ``batch``, concatenated (each ends with a newline)."""
     ids = batch.column("object_ids")
     d2 = batch.column("d2")
-    id_text = pc.binary_join(pc.cast(ids, pa.list_(pa.string())), ", ")
+    # Both lists are formatted flat and joined per row through offsets of their own (the
+    # batch may be a slice): casting the list column itself to list<string> costs 3-5x the
+    # flat cast of the same values (measured, pyarrow 21, 100k results of the 1M warehouse).
+    starts = np.zeros(len(batch) + 1, dtype=np.int32)
+    np.cumsum(pc.list_value_length(ids).fill_null(0).to_numpy(zero_copy_only=False), out=starts[1:])
+    offsets = pa.array(starts)
+    id_text = pc.binary_join(pa.ListArray.from_arrays(offsets, pc.cast(pc.list_flatten(ids), pa.string())), ", ")
     values = pc.cast(pc.sqrt(pc.list_flatten(d2)), pa.string())
     values = pc.if_else(pc.match_substring_regex(values, r"[.eE]"), values,
                         pc.binary_join_element_wise(values, ".0", ""))
-    starts = np.zeros(len(batch) + 1, dtype=np.int32)
-    np.cumsum(pc.list_value_length(d2).fill_null(0).to_numpy(zero_copy_only=False), out=starts[1:])
-    distance_text = pc.binary_join(pa.ListArray.from_arrays(pa.array(starts), values), ", ")
+    distance_text = pc.binary_join(pa.ListArray.from_arrays(offsets, values), ", ")
     lines = pc.binary_join_element_wise(
         '{"sub_id": ', pc.cast(batch.column("sub_id"), pa.string()), f', "t": {t}, "object_ids": [', id_text,
         '], "distances": [', distance_text, "]}\n", "")
