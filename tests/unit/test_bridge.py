@@ -98,3 +98,21 @@ def test_a_shared_probe_emits_the_records_of_one_timestamp_at_a_time(seed):
                                                  np.asarray(c["d2"], np.float64))
         expected = oracle_results(objects, events, t)
         assert results_equal(results, expected), f"t={t}: " + describe_difference(results, expected)
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_a_worker_task_on_the_numpy_reference_kernel_emits_the_same_records(seed, monkeypatch):
+    """DKMSKS_KERNEL=numpy puts a Spark worker task on the numpy reference path: the records of
+    a multi-timestamp batch (changes, metrics' work counters) equal those of the default kernel."""
+    objects, events = adversarial_case(seed, timestamps=T)
+    keep = ["record", "t", "seq", "sub_id", "change", "object_ids", "d2", "k", "registered_t",
+            "subscriptions", "results_changed", "pairs_tested", "pairs_in_ball"]
+    compiled = _records(objects, events, T)
+    monkeypatch.setenv("DKMSKS_KERNEL", "numpy")
+    from dkmsks.spark.bridge import WorkerSession
+
+    session = WorkerSession(0, _initial_state(objects, events), method="dkm", space=_space(objects, events), grid=4)
+    assert session.worker.kernel == "numpy" and session.worker.index.kernel == "numpy"
+    reference = _records(objects, events, T)
+    assert compiled.num_rows > 0
+    assert reference.select(keep).equals(compiled.select(keep))

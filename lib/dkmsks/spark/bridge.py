@@ -13,6 +13,7 @@ only have to agree within one task.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,8 +128,10 @@ class WorkerSession:
         # subset -1, SOP's and ps2's overflow part.
         parts = method in ("sop", "ps2")
         subset = np.asarray(state.column("subset").to_numpy(), dtype=np.int64)
+        # DKMSKS_KERNEL=numpy runs the workers on the numpy reference path (docs/design.md §11).
         self.worker = Worker.from_arrays(method, Rect(*space), arrays, groups=subset if parts else None,
-                                         grid=grid, **(index_options or {}))  # type: ignore[arg-type]
+                                         grid=grid, kernel=os.environ.get("DKMSKS_KERNEL") or None,
+                                         **(index_options or {}))  # type: ignore[arg-type]
 
     def _weights_of(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         weight = np.zeros(sub_ids.shape[0], dtype=np.int64)
