@@ -3,15 +3,17 @@
 The numpy path of :mod:`dkmsks.core.update` and :mod:`dkmsks.core.worker_index` makes a few
 dozen small array calls per worker and timestamp; at the paper's scale a worker sees ~1,000
 objects and accepts a few hundred pairs per timestamp, so those calls' fixed costs, not the
-arithmetic, set its update time (docs/design.md §10). The kernels below do the same work in one
-compiled loop each:
+arithmetic, set its update time (docs/design.md §11, "Two kernels, one answer"). The kernels
+below do the same work in one compiled loop each:
 
 - :func:`lookup_accept` — steps 1–3 of :mod:`dkmsks.core.update`: every probe key is looked up
   in the postings (sorted main part and sorted delta), stale entries are skipped by epoch, and
   each live entry is tested exactly (liveness interval, ``d²``, the k-th result) at once, so
   no candidate pair is ever materialised;
 - :func:`merge_accepted` — step 4: per row, the accepted objects (deduplicated, the ones
-  already in the result ignored) are merged with the current result by ``(d², id)``.
+  already in the result ignored) are merged with the current result by ``(d², id)``;
+- :func:`grid_entries`, :func:`grid_probe` — the DkM-SKS grid's postings of a ball and an
+  object's probe keys (paper §4.3; :class:`~dkmsks.core.worker_index.GridIndex`).
 
 Both give byte-identical results and the same work counters as the reference path
 (``tests/unit/test_kernel.py`` compares them with each other and with the oracle). ``d²`` is
