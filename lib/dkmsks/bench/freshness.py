@@ -34,22 +34,13 @@ from pathlib import Path
 
 from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, say, write_doc_section
 from dkmsks.bench.prose import Prose
-from dkmsks.bench.stats import median
+from dkmsks.bench.stats import median, percentile
 
 prose = Prose.load("freshness")
 DKM = [str(Path(sys.executable).with_name("dkm"))]
 #: Each Spark-free reader answers within this many seconds at |S| = 1M (issue 13.6).
 READER_TARGET = 2.0
 TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 2.0, "catchup_ops": 20_000.0}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by the nearest-rank rule (no interpolation between samples)."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
-    return ordered[rank - 1]
 
 
 # --------------------------------------------------------------------------- the SQL reader

@@ -27,10 +27,10 @@ import numpy as np
 
 from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, load_objects, say, write_doc_section
 from dkmsks.bench.prose import Prose
-from dkmsks.bench.stats import median, ratio
+from dkmsks.bench.stats import median, percentile, ratio
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
-from dkmsks.core.model import SubscriptionEvents
+from dkmsks.core.model import SubscriptionEvents, results_equal
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 prose = Prose.load("kernel")
@@ -41,19 +41,6 @@ TIMES = {"wall": "whole timestamp, one process", "update_time": "update time (pa
          "time_delete": "deletion", "time_refresh": "cost refresh (main server)"}
 TARGET_WALL_MS = 20.0
 TARGET_UPDATE_MS = 3.0
-
-
-def p95(values: Sequence[float]) -> float:
-    """The 95th percentile (linear interpolation)."""
-    return float(np.percentile(np.asarray(values, dtype=np.float64), 95))
-
-
-def same_results(a: Engine, b: Engine) -> bool:
-    """Whether two engines hold byte-identical results for the same subscriptions."""
-    ra, rb = a.results(), b.results()
-    return ra.keys() == rb.keys() and all(
-        np.array_equal(ra[s].object_ids, rb[s].object_ids)
-        and np.array_equal(ra[s].d2.view(np.int64), rb[s].d2.view(np.int64)) for s in ra)
 
 
 def run_side_by_side(
@@ -81,7 +68,7 @@ def run_side_by_side(
                                and np.array_equal(a.worker_accepted, b.worker_accepted))
         if (t - config.t0 - warmup) % 10 == 0:
             say(f"t={t}: " + ", ".join(f"{k} {timed[k][-1].wall * 1e3:.1f} ms" for k in KERNELS))
-    return timed, build_s, counters_equal, same_results(*engines.values())
+    return timed, build_s, counters_equal, results_equal(*(e.results() for e in engines.values()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,8 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"kernel: the kernels disagree (counters equal: {counters_equal}, results equal: {equal})")
         return 1
     rows = "\n".join(
-        prose("row", label=label, numpy_median=f"{median(ms['numpy'][f]):.2f}", numpy_p95=f"{p95(ms['numpy'][f]):.2f}",
-              numba_median=f"{median(ms['numba'][f]):.2f}", numba_p95=f"{p95(ms['numba'][f]):.2f}",
+        prose("row", label=label,
+              numpy_median=f"{median(ms['numpy'][f]):.2f}", numpy_p95=f"{percentile(ms['numpy'][f], 0.95):.2f}",
+              numba_median=f"{median(ms['numba'][f]):.2f}", numba_p95=f"{percentile(ms['numba'][f], 0.95):.2f}",
               ratio=f"{ratio(median(ms['numpy'][f]), median(ms['numba'][f])):.2f}")
         for f, label in TIMES.items())
     d = rec.data

@@ -24,6 +24,15 @@ def mean(values: Iterable[float]) -> float:
     return float(sum(vals) / len(vals)) if vals else float("nan")
 
 
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by the nearest-rank rule (no interpolation between samples)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
+    return ordered[rank - 1]
+
+
 def ratio(a: float, b: float) -> float:
     """``a / b``, ``nan`` when ``b`` is zero or not measured."""
     return a / b if b and b == b else float("nan")

@@ -377,10 +377,9 @@ def grid_entries(
     are their safe ball boxes ``(xmin, ymin, xmax, ymax, r)``, the rest the grid's constants."""
     x0, y0, x1, y1, r = boxes
     sp = index.space
-    levels_in = np.array([lv for lv in index.levels if lv != index.top], dtype=np.int64)
     return _grid_entries(
         rows, state.x[rows], state.y[rows], x0, y0, x1, y1, r, state.kw_start, state.kw_len, state.kw_pool,
-        levels_in, int(index.top), int(index.G), int(index.max_cells), index._offset,  # noqa: SLF001
+        index.levels_below_top, int(index.top), int(index.G), int(index.max_cells), index._offset,  # noqa: SLF001
         int(index.outside_base), int(outside_top), float(sp.xmin), float(sp.ymin), float(index.cw),
         float(index.ch), float(index._mx), float(index._my), int(lattice_limit), int(kw_bits),  # noqa: SLF001
     )
@@ -445,6 +444,6 @@ def grid_probe(
     caller adds the outside lattice's keys for the rare objects outside the space)."""
     sp = index.space
     return _grid_probe(
-        owner, kw, objects.x, objects.y, np.asarray(index.levels, dtype=np.int64), int(index.top), int(index.G),
+        owner, kw, objects.x, objects.y, index.level_array, int(index.top), int(index.G),
         index._offset, float(sp.xmin), float(sp.ymin), float(index.cw), float(index.ch),  # noqa: SLF001
         int(lattice_limit), int(kw_bits))

@@ -718,6 +718,9 @@ class GridIndex(_PostingsIndex):
         self.levels = (
             list(range(self.top + 1)) if levels == "pyramid" else sorted({0, self.top})
         )
+        # The same levels as arrays, for the compiled kernels (built once, not per call).
+        self.level_array = np.asarray(self.levels, dtype=np.int64)
+        self.levels_below_top = self.level_array[self.level_array != self.top]
         w = space.xmax - space.xmin
         h = space.ymax - space.ymin
         self.cw = (w if w > 0 else 1.0) / self.G
