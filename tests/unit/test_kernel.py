@@ -14,7 +14,7 @@ import pytest
 
 from dkmsks.core.config import PartitionConfig
 from dkmsks.core.engine import build_engine
-from dkmsks.core.kernel import kernel_name
+from dkmsks.core.kernel import SortedProbe, kernel_name
 from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
@@ -128,6 +128,36 @@ def test_replayed_batch_changes_nothing_compiled() -> None:
     stats = worker.process(objects.take(np.flatnonzero(objects.t == 4)))
     assert stats.subs_updated == 0
     assert np.array_equal(before[0], worker.state.ids) and np.array_equal(before[1], worker.state.d2)
+
+
+@pytest.mark.parametrize("method", ["dkm", "kop"])
+def test_sorted_probe_finds_the_same_pairs(method: str) -> None:
+    """The sorted probe (one per timestamp, shared by the workers) accepts the same pairs as
+    the plain probe and counts the same live entries per object, against postings with a
+    delta and stale entries (deletions and new balls since the last merge)."""
+    objects, events = adversarial_case(7, timestamps=6)
+    worker = initial_worker(method, objects, events, t0=1, grid=4, kernel="numba")
+    checked_delta = False
+    for t in range(2, 7):
+        apply_events(worker, events, t, in_batch=False)
+        batch = objects.take(np.flatnonzero(objects.t == t))
+        keys, owner = worker.index.probe(batch)
+        sorted_probe = SortedProbe.of(keys, owner)
+        assert np.all(np.diff(sorted_probe.keys) > 0)
+        back_keys, back_owner = sorted_probe.pairs()
+        assert sorted(zip(back_keys.tolist(), back_owner.tolist())) == sorted(zip(keys.tolist(), owner.tolist()))
+        checked_delta |= worker.index.postings._sorted_delta()[0].shape[0] > 0  # noqa: SLF001
+        plain = worker.index.lookup_accept(worker.state, batch, (keys, owner))
+        fast = worker.index.lookup_accept(worker.state, batch, sorted_probe)
+        assert np.array_equal(plain[4], fast[4]), (method, t)
+        assert sorted(zip(*(a.tolist() for a in plain[:4]))) == sorted(zip(*(a.tolist() for a in fast[:4]))), (method, t)
+        assert plain[0].shape[0] > 0, "the case must accept pairs to compare"
+        worker.process(batch, sorted_probe)
+    assert checked_delta, "the case must leave entries in the postings' delta"
+    expected = oracle_results(objects, events, 6, t0=1)
+    assert results_equal(worker.results(), expected)
+    empty = SortedProbe.of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert empty.keys.shape[0] == 0 and empty.ptr.tolist() == [0]
 
 
 def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Generator) -> None:

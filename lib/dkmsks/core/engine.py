@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.config import PartitionConfig
+from dkmsks.core.kernel import Probe, SortedProbe
 from dkmsks.core.model import (
     Float64Array,
     Int64Array,
@@ -284,10 +285,14 @@ class Engine:
         changed: list[tuple[Int64Array, Float64Array]] = []
         # Workers built alike with a subscription-independent probe (grid, KOP) share one probe
         # here; each worker of the real system computes it itself, so its time counts for each.
-        probe, probe_time = None, 0.0
+        # The compiled kernel reads it sorted (kernel.SortedProbe), sorted once for all.
+        probe: Probe | None = None
+        probe_time = 0.0
         if len(objects) and self._shared_probe:
             c0 = clock()
             probe = self.workers[0].index.probe(objects)
+            if self.workers[0].kernel == "numba":
+                probe = SortedProbe.of(*probe)
             probe_time = clock() - c0
         for w, worker in enumerate(self.workers):
             c0 = clock()

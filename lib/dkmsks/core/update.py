@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.kernel import kernel_name, merge_accepted
+from dkmsks.core.kernel import Probe, SortedProbe, kernel_name, merge_accepted
 from dkmsks.core.knn_state import NEVER, KnnState, StateArrays
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
 from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, make_index
@@ -148,7 +148,7 @@ def process_batch(
     *,
     budget: int = DEFAULT_BUDGET,
     kernel: str | None = None,
-    probe: tuple[Int64Array, Int64Array] | None = None,
+    probe: Probe | None = None,
 ) -> UpdateStats:
     """Exact kNN update of one worker for a batch of objects (docs/design.md §1, §3 fact 2).
 
@@ -167,6 +167,8 @@ def process_batch(
         stats.subs_updated = int(touched.shape[0])
         stats.updated_rows = touched
         return stats
+    if isinstance(probe, SortedProbe):
+        probe = probe.pairs()
     acc_r: list[Int64Array] = []
     acc_o: list[Int64Array] = []
     acc_d: list[Float64Array] = []
@@ -367,7 +369,7 @@ class Worker:
             self.index.forget(rows)
         return int(rows.shape[0])
 
-    def process(self, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None) -> UpdateStats:
+    def process(self, objects: Objects, probe: Probe | None = None) -> UpdateStats:
         """Exact kNN update for a batch of objects, then lazy index maintenance (``probe``: the
         index's probe of ``objects``, when shared with other workers built alike)."""
         stats = process_batch(self.state, self.index, objects, budget=self.budget, kernel=self.kernel, probe=probe)

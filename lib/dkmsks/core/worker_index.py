@@ -313,7 +313,7 @@ class WorkerIndex(Protocol):
         """The probe keys of ``objects`` and the object of each."""
 
     def lookup_accept(
-        self, state: KnnState, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None
+        self, state: KnnState, objects: Objects, probe: kernel.Probe | None = None
     ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
         """Candidates and their exact test in one compiled pass (:mod:`dkmsks.core.kernel`)."""
 
@@ -424,11 +424,15 @@ class _PostingsIndex:
         yield self.probe(objects)
 
     def lookup_accept(
-        self, state: KnnState, objects: Objects, probe: tuple[Int64Array, Int64Array] | None = None
+        self, state: KnnState, objects: Objects, probe: kernel.Probe | None = None
     ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
         """:meth:`candidates` and the exact test in one compiled pass (:func:`kernel.lookup_accept`):
-        the accepted ``(row, object id, d², object t)`` and the live entries met per object."""
+        the accepted ``(row, object id, d², object t)`` and the live entries met per object.
+        ``probe``: :meth:`probe` of ``objects``, or its :class:`~dkmsks.core.kernel.SortedProbe`,
+        computed once for several workers."""
         self._ensure(state.n_rows)
+        if isinstance(probe, kernel.SortedProbe):
+            return kernel.lookup_accept_sorted(probe, self.postings, self.epoch, state, objects)
         parts = [kernel.lookup_accept(keys, owner, self.postings, self.epoch, state, objects)
                  for keys, owner in self._slices(objects, probe)]
         if len(parts) == 1:
