@@ -17,7 +17,8 @@ pytestmark = pytest.mark.unit
 REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
            ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
            ("dkmsks.bench.catalog", "catalog"), ("dkmsks.bench.append", "append"),
-           ("dkmsks.bench.kernel", "kernel")]
+           ("dkmsks.bench.kernel", "kernel"),
+           ("dkmsks.bench.memory", "memory")]
 
 
 def source_tree(module: str) -> ast.Module:
