@@ -39,6 +39,10 @@ from dkmsks.core.model import (
 #: End of the liveness interval of a subscription that has not been deleted.
 NEVER = np.iinfo(np.int64).max
 
+#: Least growth of the row arrays, as a fraction of their capacity: small, because every row
+#: costs the kNN matrices' width in ids and distances (doubling left up to half of them unused).
+GROWTH = 0.125
+
 
 @dataclass(frozen=True)
 class StateArrays:
@@ -74,7 +78,9 @@ class KnnState:
         Initial width ``K`` of the kNN matrices; grows when a subscription with a larger
         ``k`` arrives.
     capacity
-        Initial number of rows; grows by doubling.
+        Initial number of rows; grows to what an insertion needs, and by at least
+        :data:`GROWTH` of itself (so that a bulk load leaves no slack, and a stream of
+        insertions little).
 
     Notes
     -----
@@ -98,7 +104,7 @@ class KnnState:
         self.end_t = np.full(capacity, NEVER, dtype=np.int64)
         self.in_use = np.zeros(capacity, dtype=bool)
         # Keywords of row r are kw_pool[kw_start[r] : kw_start[r] + kw_len[r]]; the pool is
-        # append-only and compacted when more than half of it is garbage.
+        # append-only and, once full, compacted into a pool GROWTH larger than its live part.
         self.kw_start = np.zeros(capacity, dtype=np.int64)
         self.kw_len = np.zeros(capacity, dtype=np.int32)
         self.kw_pool = np.zeros(max(capacity, 16), dtype=np.int32)
@@ -106,9 +112,10 @@ class KnnState:
         self._kw_live = 0
         self._free: list[Int64Array] = []  # stacks of free rows (below n_rows)
         self._n_free = 0
-        # sub id -> row map as two sorted arrays (vectorised lookups, O(n) memmove updates).
+        # sub id -> row map as two sorted arrays (vectorised lookups, O(n) memmove updates);
+        # rows as int32: a worker holds far fewer than 2^31 rows.
         self._map_ids = np.zeros(0, dtype=np.int64)
-        self._map_rows = np.zeros(0, dtype=np.int64)
+        self._map_rows = np.zeros(0, dtype=np.int32)
         #: Largest object timestamp processed so far (frees retiring rows, see module doc).
         self.watermark = np.iinfo(np.int64).min
 
@@ -124,7 +131,7 @@ class KnnState:
 
     def live_rows(self) -> Int64Array:
         """Rows of the live subscriptions, in ascending sub-id order."""
-        return self._map_rows.copy()
+        return self._map_rows.astype(np.int64)
 
     def rows_of(self, sub_ids: npt.ArrayLike) -> Int64Array:
         """Row of each id, ``-1`` for ids that are not live here."""
@@ -134,7 +141,7 @@ class KnnState:
         if self._map_ids.shape[0] == 0:
             return np.full(q.shape[0], -1, dtype=np.int64)
         hit = self._map_ids[pos_c] == q
-        return np.where(hit, self._map_rows[pos_c], -1)
+        return np.where(hit, self._map_rows[pos_c].astype(np.int64), -1)
 
     def contains(self, sub_ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each of ``sub_ids`` is live in the state."""
@@ -163,9 +170,7 @@ class KnnState:
     def _grow_rows(self, need: int) -> None:
         if need <= self._cap:
             return
-        cap = self._cap
-        while cap < need:
-            cap *= 2
+        cap = max(need, self._cap + max(int(self._cap * GROWTH), 16))
 
         def grow(a: np.ndarray, fill: object) -> np.ndarray:
             shape = (cap,) + a.shape[1:]
@@ -209,9 +214,7 @@ class KnnState:
         rows = np.flatnonzero(self.in_use[: self.n_rows])
         kws = self.keywords_of(rows)
         need = int(kws.ids.shape[0]) + extra
-        size = max(16, self.kw_pool.shape[0])
-        while size < 2 * need:
-            size *= 2
+        size = need + max(int(need * GROWTH), 16)
         pool = np.zeros(size, dtype=np.int32)
         pool[: kws.ids.shape[0]] = kws.ids
         self.kw_pool = pool
@@ -348,7 +351,7 @@ class KnnState:
         sid, rows = sid[order], rows[order]
         pos = np.searchsorted(self._map_ids, sid)
         self._map_ids = np.insert(self._map_ids, pos, sid)
-        self._map_rows = np.insert(self._map_rows, pos, rows)
+        self._map_rows = np.insert(self._map_rows, pos, rows.astype(np.int32))
 
     def _map_delete(self, sid: Int64Array) -> None:
         pos = np.searchsorted(self._map_ids, sid)
@@ -374,7 +377,7 @@ class KnnState:
         only rows that hold a live subscription, ascending by id.
         """
         if rows is None:
-            rows = self._map_rows
+            rows = self.live_rows()
         else:
             rows = np.asarray(rows, dtype=np.int64)
             rows = rows[self.in_use[rows] & (self.end_t[rows] == NEVER)]
