@@ -89,7 +89,7 @@ def _grow(a: Any, n: int) -> Any:
 
 
 @_jit
-def _lookup_accept(qkeys, qowner, present, keys, ptr, prow, pep, dkeys, drow, dep, epoch,  # noqa: ANN001
+def _lookup_accept(qkeys, qowner, present, keys, prow, pep, dkeys, drow, dep, epoch,  # noqa: ANN001
                    s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
     n_obj = o_ids.shape[0]
     tested = np.zeros(n_obj, dtype=np.int64)
@@ -99,8 +99,6 @@ def _lookup_accept(qkeys, qowner, present, keys, ptr, prow, pep, dkeys, drow, de
     a_d2 = np.empty(cap, dtype=np.float64)
     a_ot = np.empty(cap, dtype=np.int64)
     n = 0
-    n_keys = keys.shape[0]
-    n_dkeys = dkeys.shape[0]
     for q in range(qkeys.shape[0]):
         key = qkeys[q]
         # Most probe keys have no posting: the filter drops them before any search.
@@ -112,26 +110,18 @@ def _lookup_accept(qkeys, qowner, present, keys, ptr, prow, pep, dkeys, drow, de
         oy = o_y[obj]
         oid = o_ids[obj]
         for part in range(2):
-            if part == 0:
-                at = np.searchsorted(keys, key)
-                if at == n_keys or keys[at] != key:
+            # The main part, then the delta: a key's entries are the run of its equal keys.
+            pkeys = keys if part == 0 else dkeys
+            rows = prow if part == 0 else drow
+            eps = pep if part == 0 else dep
+            n_pkeys = pkeys.shape[0]
+            e = np.searchsorted(pkeys, key)
+            while e < n_pkeys and pkeys[e] == key:
+                row = rows[e]
+                live = eps[e] == epoch[row]
+                e += 1
+                if not live:
                     continue
-                lo = ptr[at]
-                hi = ptr[at + 1]
-            else:
-                lo = np.searchsorted(dkeys, key)
-                hi = lo
-                while hi < n_dkeys and dkeys[hi] == key:
-                    hi += 1
-            for e in range(lo, hi):
-                if part == 0:
-                    row = prow[e]
-                    if pep[e] != epoch[row]:
-                        continue
-                else:
-                    row = drow[e]
-                    if dep[e] != epoch[row]:
-                        continue
                 tested[obj] += 1
                 if not (s_t[row] <= ot and ot < s_end[row]):
                     continue
@@ -301,7 +291,7 @@ def lookup_accept(
     dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
     n = state.n_rows
     return _lookup_accept(
-        qkeys, qowner, postings._present, postings.keys, postings.ptr, postings.rows, postings.epochs,  # noqa: SLF001
+        qkeys, qowner, postings._present, postings.keys, postings.rows, postings.epochs,  # noqa: SLF001
         dk, dr, de, epoch,
         state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
         objects.t, objects.x, objects.y, objects.ids,

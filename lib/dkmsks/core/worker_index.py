@@ -11,7 +11,7 @@ One kind per partitioning method (docs/design.md §2, paper §3.1, §3.2, §4.3;
   of every subscription whose ball overlaps the cell (paper §4.3), with coarser levels for
   large balls.
 
-All of them are flat numpy structures built on :class:`Postings` (sorted keys + CSR of rows,
+All of them are flat numpy structures built on :class:`Postings` (entries sorted by key,
 answered with ``searchsorted``) plus a small unsorted *delta* for recent insertions, merged
 into the sorted part when it grows. None is ever allowed to *under*-approximate a ball; they
 may over-approximate it (docs/design.md §3 fact 1), which is what makes every maintenance step lazy:
@@ -42,7 +42,7 @@ import numpy.typing as npt
 from dkmsks.core import kernel
 from dkmsks.core.config import DEFAULTS
 from dkmsks.core.kernel import kernel_name
-from dkmsks.core.knn_state import KnnState
+from dkmsks.core.knn_state import GROWTH, KnnState
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
 
 #: Candidate pairs are produced in chunks of at most this many (bounds peak memory).
@@ -141,7 +141,13 @@ def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
 
 
 class Postings:
-    """A multimap ``int64 key → (row, epoch)``: a sorted CSR part plus an unsorted delta.
+    """A multimap ``int64 key → (row, epoch)``: a sorted main part plus an unsorted delta.
+
+    The main part is three columns, one entry per position, ascending by key: ``keys``,
+    ``rows`` and ``epochs``. The entries of a key are the run of its equal keys, found with two
+    binary searches; no CSR offsets, since nearly every key of the DkM-SKS grid (a cell and a
+    keyword) has one or two entries, an offset per key would cost as much as the key. Rows are
+    int32 (a worker holds far fewer than 2^31 rows): 16 bytes per entry.
 
     Entries whose epoch differs from the index's current epoch of their row are stale and are
     skipped by :meth:`pairs` (docs/design.md §3 fact 1: stale entries only ever add candidates that the
@@ -149,14 +155,13 @@ class Postings:
     """
 
     def __init__(self) -> None:
-        self.keys = np.zeros(0, dtype=np.int64)  # unique, ascending
-        self.ptr = np.zeros(1, dtype=np.int64)
-        self.rows = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros(0, dtype=np.int64)  # ascending, one per entry
+        self.rows = np.zeros(0, dtype=np.int32)
         self.epochs = np.zeros(0, dtype=np.int32)
         self._dk: list[Int64Array] = []
-        self._dr: list[Int64Array] = []
+        self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
-        self._delta: tuple[Int64Array, Int64Array, npt.NDArray[np.int32]] | None = None
+        self._delta: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
         self.n_delta = 0
         self.n_stale = 0
         # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
@@ -178,12 +183,12 @@ class Postings:
             return
         _filter_set(self._present, keys)
         self._dk.append(keys.astype(np.int64, copy=False))
-        self._dr.append(rows.astype(np.int64, copy=False))
+        self._dr.append(rows.astype(np.int32, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
         self.n_delta += int(keys.shape[0])
         self._delta = None
 
-    def _sorted_delta(self) -> tuple[Int64Array, Int64Array, npt.NDArray[np.int32]]:
+    def _sorted_delta(self) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         if self._delta is None:
             if self._dk:
                 k = np.concatenate(self._dk)
@@ -193,14 +198,13 @@ class Postings:
                 self._dk, self._dr, self._de = [k[order]], [r[order]], [e[order]]
                 self._delta = (self._dk[0], self._dr[0], self._de[0])
             else:
-                z = np.zeros(0, dtype=np.int64)
-                self._delta = (z, z, np.zeros(0, dtype=np.int32))
+                self._delta = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
         return self._delta
 
     def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
         """Merge the delta into the sorted part and drop stale entries."""
         # The raw delta lists: everything is sorted once below, no need to sort them first.
-        keys = np.concatenate([np.repeat(self.keys, np.diff(self.ptr)), *self._dk])
+        keys = np.concatenate([self.keys, *self._dk])
         rows = np.concatenate([self.rows, *self._dr])
         eps = np.concatenate([self.epochs, *self._de])
         valid = eps == current_epoch[rows]
@@ -208,14 +212,8 @@ class Postings:
         # The order of rows within one key is irrelevant to every caller (candidates are
         # merged by (row, d², id)), so the faster unstable sort is fine.
         order = np.argsort(keys)
-        keys, self.rows, self.epochs = keys[order], rows[order], eps[order]
-        if keys.shape[0]:
-            first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-            self.keys = keys[first]
-            self.ptr = np.append(first, keys.shape[0]).astype(np.int64)
-        else:
-            self.keys = np.zeros(0, dtype=np.int64)
-            self.ptr = np.zeros(1, dtype=np.int64)
+        self.keys, self.rows, self.epochs = keys[order], rows[order], eps[order]
+        del keys, rows, eps, order
         self._dk, self._dr, self._de, self._delta = [], [], [], None
         self.n_delta = 0
         self.n_stale = 0
@@ -243,14 +241,9 @@ class Postings:
         # previous result); candidate order does not matter to the caller.
         order = np.argsort(qkeys)
         qkeys, qowner = qkeys[order], qowner[order]
-        # Main part: unique keys -> CSR ranges.
-        if self.keys.shape[0]:
-            pos = np.minimum(np.searchsorted(self.keys, qkeys), self.keys.shape[0] - 1)
-            hit = self.keys[pos] == qkeys
-            m_lo = np.where(hit, self.ptr[pos], 0)
-            m_hi = np.where(hit, self.ptr[pos + 1], 0)
-        else:
-            m_lo = m_hi = np.zeros(qkeys.shape[0], dtype=np.int64)
+        # Main part and delta: each key's entries are a run of equal keys.
+        m_lo = np.searchsorted(self.keys, qkeys, side="left")
+        m_hi = np.searchsorted(self.keys, qkeys, side="right")
         dk, dr, de = self._sorted_delta()
         d_lo = np.searchsorted(dk, qkeys, side="left")
         d_hi = np.searchsorted(dk, qkeys, side="right")
@@ -267,7 +260,7 @@ class Postings:
                 continue
             own_m, p_m = _expand_ranges(m_lo[a:b], m_hi[a:b])
             own_d, p_d = _expand_ranges(d_lo[a:b], d_hi[a:b])
-            rows = np.concatenate([self.rows[p_m], dr[p_d]])
+            rows = np.concatenate([self.rows[p_m], dr[p_d]]).astype(np.int64)
             eps = np.concatenate([self.epochs[p_m], de[p_d]])
             owner = qowner[a:b][np.concatenate([own_m, own_d])]
             live = eps == current_epoch[rows]
@@ -347,7 +340,7 @@ class _PostingsIndex:
         #: ``numba`` or ``numpy``: how postings of new balls are computed (:mod:`dkmsks.core.kernel`).
         self.kernel = kernel_name(kernel)
         self.epoch = np.zeros(16, dtype=np.int32)
-        self.row_entries = np.zeros(16, dtype=np.int64)  # live entries per row
+        self.row_entries = np.zeros(16, dtype=np.int32)  # live entries per row
         self.merge_fraction = merge_fraction
         self.merge_min = merge_min
 
@@ -362,17 +355,16 @@ class _PostingsIndex:
     def _ensure(self, n: int) -> None:
         if n <= self.epoch.shape[0]:
             return
-        cap = self.epoch.shape[0]
-        while cap < n:
-            cap *= 2
+        # Grown like the state's rows (KnnState.GROWTH), not doubled: per-row arrays scale with |S|.
+        cap = max(n, self.epoch.shape[0] + max(int(self.epoch.shape[0] * GROWTH), 16))
         self.epoch = np.concatenate([self.epoch, np.zeros(cap - self.epoch.shape[0], np.int32)])
-        self.row_entries = np.concatenate([self.row_entries, np.zeros(cap - self.row_entries.shape[0], np.int64)])
+        self.row_entries = np.concatenate([self.row_entries, np.zeros(cap - self.row_entries.shape[0], np.int32)])
 
     def _insert(self, keys: Int64Array, rows: Int64Array) -> None:
         self.postings.insert(keys, rows, self.epoch[rows])
         if rows.shape[0] > 4096:  # a bulk load: one bincount beats a scattered add
             counts = np.bincount(rows, minlength=self.row_entries.shape[0])
-            self.row_entries += counts[: self.row_entries.shape[0]]
+            self.row_entries += counts[: self.row_entries.shape[0]].astype(np.int32)
         else:
             np.add.at(self.row_entries, rows, 1)
 
