@@ -89,7 +89,7 @@ def _grow(a: Any, n: int) -> Any:
 
 
 @_jit
-def _lookup_accept(qkeys, qowner, present, keys, prow, pep, dkeys, drow, dep, epoch,  # noqa: ANN001
+def _lookup_accept(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001
                    s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
     n_obj = o_ids.shape[0]
     tested = np.zeros(n_obj, dtype=np.int64)
@@ -113,12 +113,12 @@ def _lookup_accept(qkeys, qowner, present, keys, prow, pep, dkeys, drow, dep, ep
             # The main part, then the delta: a key's entries are the run of its equal keys.
             pkeys = keys if part == 0 else dkeys
             rows = prow if part == 0 else drow
-            eps = pep if part == 0 else dep
             n_pkeys = pkeys.shape[0]
             e = np.searchsorted(pkeys, key)
             while e < n_pkeys and pkeys[e] == key:
                 row = rows[e]
-                live = eps[e] == epoch[row]
+                # A main entry's epoch is its row's at the last rebuild; a delta entry keeps its own.
+                live = (prow_epoch[row] if part == 0 else dep[e]) == epoch[row]
                 e += 1
                 if not live:
                     continue
@@ -291,7 +291,7 @@ def lookup_accept(
     dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
     n = state.n_rows
     return _lookup_accept(
-        qkeys, qowner, postings._present, postings.keys, postings.rows, postings.epochs,  # noqa: SLF001
+        qkeys, qowner, postings._present, postings.keys, postings.rows, postings.row_epochs,  # noqa: SLF001
         dk, dr, de, epoch,
         state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
         objects.t, objects.x, objects.y, objects.ids,

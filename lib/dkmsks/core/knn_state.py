@@ -41,7 +41,7 @@ NEVER = np.iinfo(np.int64).max
 
 #: Least growth of the row arrays, as a fraction of their capacity: small, because every row
 #: costs the kNN matrices' width in ids and distances (doubling left up to half of them unused).
-GROWTH = 0.125
+GROWTH = 1 / 32
 
 
 @dataclass(frozen=True)

@@ -143,21 +143,24 @@ def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
 class Postings:
     """A multimap ``int64 key → (row, epoch)``: a sorted main part plus an unsorted delta.
 
-    The main part is three columns, one entry per position, ascending by key: ``keys``,
-    ``rows`` and ``epochs``. The entries of a key are the run of its equal keys, found with two
-    binary searches; no CSR offsets, since nearly every key of the DkM-SKS grid (a cell and a
-    keyword) has one or two entries, an offset per key would cost as much as the key. Rows are
-    int32 (a worker holds far fewer than 2^31 rows): 16 bytes per entry.
+    The main part is two columns, one entry per position, ascending by key: ``keys`` and
+    ``rows``. The entries of a key are the run of its equal keys, found with two binary
+    searches; no CSR offsets, since nearly every key of the DkM-SKS grid (a cell and a keyword)
+    has one or two entries, an offset per key would cost as much as the key. Rows are int32 (a
+    worker holds far fewer than 2^31 rows): 12 bytes per entry.
 
-    Entries whose epoch differs from the index's current epoch of their row are stale and are
-    skipped by :meth:`pairs` (docs/design.md §3 fact 1: stale entries only ever add candidates that the
-    caller would reject anyway — here they are even filtered before the distance test).
+    Every entry has an epoch; an entry whose epoch differs from the index's current epoch of its
+    row is stale and is skipped by :meth:`pairs` (docs/design.md §3 fact 1: stale entries only
+    ever add candidates that the caller would reject anyway — here they are even filtered
+    before the distance test). A delta entry stores its epoch; the main part holds only the
+    entries that were live at the last :meth:`rebuild`, so the epoch of a main entry is its
+    row's epoch at that rebuild, kept once per row in ``row_epochs``.
     """
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)  # ascending, one per entry
         self.rows = np.zeros(0, dtype=np.int32)
-        self.epochs = np.zeros(0, dtype=np.int32)
+        self.row_epochs = np.zeros(0, dtype=np.int32)  # each row's epoch at the last rebuild
         self._dk: list[Int64Array] = []
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
@@ -206,14 +209,16 @@ class Postings:
         # The raw delta lists: everything is sorted once below, no need to sort them first.
         keys = np.concatenate([self.keys, *self._dk])
         rows = np.concatenate([self.rows, *self._dr])
-        eps = np.concatenate([self.epochs, *self._de])
+        eps = np.concatenate([self.row_epochs[self.rows], *self._de])
         valid = eps == current_epoch[rows]
-        keys, rows, eps = keys[valid], rows[valid], eps[valid]
+        del eps
+        keys, rows = keys[valid], rows[valid]
         # The order of rows within one key is irrelevant to every caller (candidates are
         # merged by (row, d², id)), so the faster unstable sort is fine.
         order = np.argsort(keys)
-        self.keys, self.rows, self.epochs = keys[order], rows[order], eps[order]
-        del keys, rows, eps, order
+        self.keys, self.rows = keys[order], rows[order]
+        self.row_epochs = current_epoch.copy()
+        del keys, rows, order
         self._dk, self._dr, self._de, self._delta = [], [], [], None
         self.n_delta = 0
         self.n_stale = 0
@@ -261,7 +266,7 @@ class Postings:
             own_m, p_m = _expand_ranges(m_lo[a:b], m_hi[a:b])
             own_d, p_d = _expand_ranges(d_lo[a:b], d_hi[a:b])
             rows = np.concatenate([self.rows[p_m], dr[p_d]]).astype(np.int64)
-            eps = np.concatenate([self.epochs[p_m], de[p_d]])
+            eps = np.concatenate([self.row_epochs[self.rows[p_m]], de[p_d]])
             owner = qowner[a:b][np.concatenate([own_m, own_d])]
             live = eps == current_epoch[rows]
             if not live.all():
