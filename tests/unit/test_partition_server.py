@@ -3,6 +3,8 @@ for new subscriptions, least-loaded assignment, deletion and the C(w) bookkeepin
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -183,6 +185,25 @@ def test_delete_and_reregister(world) -> None:
     live = np.concatenate([subs.ids[50:], new.ids[2:], again.ids])
     server.delete(live)
     assert server.load_weight.tolist() == [0, 0, 0] and len(server) == 0
+
+
+def test_plan_in_any_id_order_gives_the_same_server(world) -> None:
+    """A plan in id order lends the server its columns (no copy) and is left unchanged by
+    deletions; a plan in another order gives the same answers."""
+    objects, subs, space, stats, index, knn, new = world
+    plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=30, gamma2=8)
+    assert np.all(np.diff(plan.sub_ids) > 0)
+    perm = np.random.default_rng(3).permutation(len(subs))
+    shuffled = dataclasses.replace(plan, sub_ids=plan.sub_ids[perm], worker=plan.worker[perm],
+                                   weight=plan.weight[perm], subset=plan.subset[perm])
+    a, b = MainServer(plan, stats, index, new_cost="paper"), MainServer(shuffled, stats, index, new_cost="paper")
+    assert np.shares_memory(a._ids, plan.sub_ids) and not np.shares_memory(b._ids, shuffled.sub_ids)  # noqa: SLF001
+    for got, want in zip(a.lookup_weights(subs.ids), b.lookup_weights(subs.ids), strict=True):
+        assert got.tolist() == want.tolist()
+    ids_before, worker_before = plan.sub_ids.copy(), plan.worker.copy()
+    assert a.delete(subs.ids[:20]).tolist() == b.delete(subs.ids[:20]).tolist()
+    assert a.load_weight.tolist() == b.load_weight.tolist()
+    assert np.array_equal(plan.sub_ids, ids_before) and np.array_equal(plan.worker, worker_before)
 
 
 def test_kop_needs_no_knn_but_others_do(world) -> None:

@@ -137,7 +137,7 @@ class RectIndex:
             keep = np.sort(keep[order[first]])
         lev = np.minimum(self._fit_level(w[keep], self.W), self._fit_level(h[keep], self.H))
         lev = np.maximum(lev, min(int(base_level), self.max_level))
-        self.levels: list[tuple[int, Int64Array, Int64Array, float]] = []
+        self.levels: list[tuple[int, Int64Array, Int32Array, float]] = []
         for lv in np.unique(lev):
             sel = keep[lev == lv]
             g = 1 << int(lv)
@@ -155,8 +155,9 @@ class RectIndex:
             key = cy * g + cx
             ids = sel[owner]
             order = np.lexsort((ids, key))
+            # Rectangle numbers as int32 (a plan has far fewer than 2^31 subsets).
             self.levels.append(
-                (int(lv), key[order], ids[order].astype(np.int64), float(self.area[sel].max()))
+                (int(lv), key[order], ids[order].astype(np.int32), float(self.area[sel].max()))
             )
 
     def _fit_level(self, ext: Float64Array, total: float) -> npt.NDArray[np.int64]:
@@ -295,13 +296,17 @@ class MainServer:
         self.space = plan.space
         self._scale = float(max(plan.n_objects, 1))
         self._load = plan.load_weight.astype(np.int64).copy()
-        # Initial subscriptions in id order (searchsorted), new ones in a dict.
-        order = np.argsort(plan.sub_ids, kind="stable")
-        self._ids = plan.sub_ids[order]
+        # Initial subscriptions in id order (searchsorted), new ones in a dict. These columns
+        # are only read: when the plan already lists its subscriptions in id order (the usual
+        # case), they are the plan's own arrays, not copies (memory per subscription).
+        ids = plan.sub_ids
+        in_order = bool(np.all(ids[1:] >= ids[:-1]))
+        order = None if in_order else np.argsort(ids, kind="stable")
+        self._ids = ids if order is None else ids[order]
         if self._ids.shape[0] > 1 and np.any(self._ids[1:] == self._ids[:-1]):
             raise ValueError("the plan lists a subscription id twice")
-        self._worker = plan.worker[order].astype(np.int32)
-        self._weight = plan.weight[order].astype(np.int64)
+        self._worker = (plan.worker if order is None else plan.worker[order]).astype(np.int32, copy=False)
+        self._weight = (plan.weight if order is None else plan.weight[order]).astype(np.int64, copy=False)
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
         self._extra: dict[int, tuple[int, int]] = {}
         # "live" only: location, keywords and last costed radius² of each live new subscription.
