@@ -207,7 +207,7 @@ def _gallop(keys: Any, lo: int, key: Any) -> int:
 
 
 @_jit
-def _lookup_sorted(ukeys, uptr, uowner, present, keys, ptr, prow, pep, dkeys, drow, dep, epoch,  # noqa: ANN001, C901
+def _lookup_sorted(ukeys, uptr, uowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001, C901
                    s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
     n_obj = o_ids.shape[0]
     tested = np.zeros(n_obj, dtype=np.int64)
@@ -226,20 +226,21 @@ def _lookup_sorted(ukeys, uptr, uowner, present, keys, ptr, prow, pep, dkeys, dr
         if not _filtered(present, key):
             continue
         for part in range(2):
+            # A key's entries are the run of its equal keys, in the main part and the delta.
             if part == 0:
                 at = _gallop(keys, at, key)
-                if at == n_keys or keys[at] != key:
-                    continue
-                lo = ptr[at]
-                hi = ptr[at + 1]
+                lo = at
+                hi = lo
+                while hi < n_keys and keys[hi] == key:
+                    hi += 1
             else:
                 dat = _gallop(dkeys, dat, key)
                 lo = dat
                 hi = lo
                 while hi < n_dkeys and dkeys[hi] == key:
                     hi += 1
-                if hi == lo:
-                    continue
+            if hi == lo:
+                continue
             for j in range(uptr[u], uptr[u + 1]):
                 obj = uowner[j]
                 ot = o_t[obj]
@@ -248,8 +249,9 @@ def _lookup_sorted(ukeys, uptr, uowner, present, keys, ptr, prow, pep, dkeys, dr
                 oid = o_ids[obj]
                 for e in range(lo, hi):
                     if part == 0:
+                        # A main entry's epoch is its row's at the last rebuild.
                         row = prow[e]
-                        if pep[e] != epoch[row]:
+                        if prow_epoch[row] != epoch[row]:
                             continue
                     else:
                         row = drow[e]
@@ -307,7 +309,7 @@ def lookup_accept_sorted(
     n = state.n_rows
     return _lookup_sorted(
         probe.keys, probe.ptr, probe.owners,
-        postings._present, postings.keys, postings.ptr, postings.rows, postings.epochs,  # noqa: SLF001
+        postings._present, postings.keys, postings.rows, postings.row_epochs,  # noqa: SLF001
         dk, dr, de, epoch,
         state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
         objects.t, objects.x, objects.y, objects.ids,
