@@ -99,6 +99,8 @@ def _lookup_accept(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, 
     a_d2 = np.empty(cap, dtype=np.float64)
     a_ot = np.empty(cap, dtype=np.int64)
     n = 0
+    n_keys = keys.shape[0]
+    n_dkeys = dkeys.shape[0]
     for q in range(qkeys.shape[0]):
         key = qkeys[q]
         # Most probe keys have no posting: the filter drops them before any search.
@@ -110,18 +112,28 @@ def _lookup_accept(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, 
         oy = o_y[obj]
         oid = o_ids[obj]
         for part in range(2):
-            # The main part, then the delta: a key's entries are the run of its equal keys.
-            pkeys = keys if part == 0 else dkeys
-            rows = prow if part == 0 else drow
-            n_pkeys = pkeys.shape[0]
-            e = np.searchsorted(pkeys, key)
-            while e < n_pkeys and pkeys[e] == key:
-                row = rows[e]
-                # A main entry's epoch is its row's at the last rebuild; a delta entry keeps its own.
-                live = (prow_epoch[row] if part == 0 else dep[e]) == epoch[row]
-                e += 1
-                if not live:
-                    continue
+            # The main part, then the delta: a key's entries are the run of its equal keys. (Two
+            # explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
+            if part == 0:
+                lo = np.searchsorted(keys, key)
+                hi = lo
+                while hi < n_keys and keys[hi] == key:
+                    hi += 1
+            else:
+                lo = np.searchsorted(dkeys, key)
+                hi = lo
+                while hi < n_dkeys and dkeys[hi] == key:
+                    hi += 1
+            for e in range(lo, hi):
+                if part == 0:
+                    row = prow[e]
+                    # A main entry's epoch is its row's at the last rebuild (Postings.row_epochs).
+                    if prow_epoch[row] != epoch[row]:
+                        continue
+                else:
+                    row = drow[e]
+                    if dep[e] != epoch[row]:
+                        continue
                 tested[obj] += 1
                 if not (s_t[row] <= ot and ot < s_end[row]):
                     continue
