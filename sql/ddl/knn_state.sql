@@ -1,5 +1,10 @@
 -- Per-worker kNN state: one row per live subscription with its assignment, estimated cost and
 -- exact current result. Partitioned by worker; its change data feed is the result stream.
+-- Laid out for point reads by sub_id (docs/design.md §9): writers sort each worker's rows by
+-- sub_id, and Parquet pages hold at most 1000 rows, so a query on a few sub_ids reads a few
+-- pages of each file through the Parquet page index instead of every row. Delta hands table
+-- properties to the Parquet writer, so the page limit applies to every Spark write of the table
+-- (overwrite, MERGE, OPTIMIZE); maintenance sets it on tables created before it was here.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   plan_version BIGINT NOT NULL COMMENT 'plan the assignment belongs to (same on every row)',
   worker INT NOT NULL COMMENT 'worker holding the subscription',
@@ -17,6 +22,7 @@ CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
 PARTITIONED BY (worker)
 TBLPROPERTIES (
   'delta.enableChangeDataFeed' = 'true',
-  'delta.enableDeletionVectors' = 'true'
+  'delta.enableDeletionVectors' = 'true',
+  'parquet.page.row.count.limit' = '1000'
 )
 COMMENT 'dkmsks: per-worker exact kNN state'

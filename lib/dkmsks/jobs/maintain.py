@@ -9,7 +9,10 @@ tables, and nothing else ever removes a file. So per table of the warehouse, a m
    Spark SQL takes no parameter marker for a property value);
 2. runs OPTIMIZE (Delta's bin-packing of small files; rows are unchanged) when a partition holds
    more than one small file or a file carries deletion vectors — otherwise Delta would find
-   nothing to do, and skipping saves a Spark job per table;
+   nothing to do, and skipping saves a Spark job per table. ``knn_state`` is OPTIMIZEd with
+   ``ZORDER BY (sub_id)`` instead, which rewrites each worker's files sorted by ``sub_id``
+   (the layout its point reads need, docs/design.md §9: compactions add unsorted files), and
+   gets its layout property (:data:`LAYOUT_PROPERTIES`) set, and is rewritten, if it lacks it;
 3. runs VACUUM with the table's own retention, now the horizon, when the folder holds Parquet
    files that the current version no longer references and that are older than the horizon.
    Delta's safety check compares the retention with that same property, so it holds without
@@ -61,6 +64,12 @@ T = TypeVar("T")
 SMALL_FILE_BYTES = 1 << 30
 #: An OPTIMIZE that loses a commit conflict is tried this many times in all, then skipped.
 CONFLICT_ATTEMPTS = 3
+#: Table properties that shape a table's files (as in its DDL, for tables created before them).
+#: Parquet pages of at most 1000 rows let a point query on a few ``sub_id``s skip the rest of
+#: each sorted file through the page index (``sql/ddl/knn_state.sql``).
+LAYOUT_PROPERTIES: dict[str, dict[str, str]] = {tables.STATE: {"parquet.page.row.count.limit": "1000"}}
+#: The column a table's OPTIMIZE sorts its files by (Z-order on one column), where it matters.
+ZORDER_COLUMNS: dict[str, str] = {tables.STATE: "sub_id"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class TableFiles:
     on_disk: int  # Parquet files in the folder: live, and kept for older versions
     bytes_on_disk: int  # bytes of every data file in the folder (Parquet, deletion vectors, change data)
     expired: int  # unreferenced Parquet files older than the horizon: at most what VACUUM deletes
-    properties: dict[str, str]  # retention properties that differ from the horizon (to set)
+    properties: dict[str, str]  # retention and layout properties that differ from the wanted ones (to set)
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,7 @@ def measure(lake: Lake, warehouse: Warehouse, name: str, hours: int) -> TableFil
             if str(path) not in live and stat.st_mtime < cutoff:
                 expired += 1
     config = table.metadata().configuration
-    differ = {k: v for k, v in retention_properties(hours).items() if config.get(k) != v}
+    differ = {k: v for k, v in wanted_properties(name, hours).items() if config.get(k) != v}
     return TableFiles(live=len(live), compactable=_compactable(adds),
                       with_deletions=table.deletion_vectors().read_all().num_rows, on_disk=on_disk,
                       bytes_on_disk=size, expired=expired, properties=differ)
@@ -222,13 +231,19 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
     before = measure(lake, warehouse, name, hours)
     meta = _commit_metadata(lake, name, run_id)
     if before.properties:
-        _set_properties(lake, name, retention_properties(hours), meta)
+        _set_properties(lake, name, wanted_properties(name, hours), meta)
+    relayout = any(key in before.properties for key in LAYOUT_PROPERTIES.get(name, {}))
     note = ""
     with delta_txn(spark, metadata=meta):  # tags the OPTIMIZE and VACUUM commits
-        if before.compactable or before.with_deletions:
+        if before.compactable or before.with_deletions or relayout:
             started = time.perf_counter()
-            _, note = with_conflict_retries(
-                lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(), _delta_conflicts())
+            zorder = ZORDER_COLUMNS.get(name)
+
+            def optimize() -> object:
+                builder = DeltaTable.forPath(spark, path).optimize()
+                return (builder.executeZOrderBy(zorder) if zorder else builder.executeCompaction()).collect()
+
+            _, note = with_conflict_retries(optimize, _delta_conflicts())
             phases[f"{name}: optimize"] = (time.perf_counter() - started) * 1e3
         middle = measure(lake, warehouse, name, hours)
         vacuumed = middle.expired > 0
@@ -239,6 +254,11 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
     after = measure(lake, warehouse, name, hours)
     return TableReport(name, before, after, vacuumed_files=middle.on_disk - after.on_disk,
                        vacuumed_bytes=middle.bytes_on_disk - after.bytes_on_disk, vacuumed=vacuumed, note=note)
+
+
+def wanted_properties(name: str, hours: int) -> dict[str, str]:
+    """The properties table ``name`` should carry: the retention ones and its layout ones."""
+    return {**retention_properties(hours), **LAYOUT_PROPERTIES.get(name, {})}
 
 
 def _commit_metadata(lake: Lake, name: str, run_id: str) -> dict[str, Any]:
@@ -257,7 +277,9 @@ def _set_properties(lake: Lake, name: str, properties: dict[str, str], meta: dic
     from deltalake import CommitProperties
 
     tagged = CommitProperties(custom_metadata={"userMetadata": json.dumps(meta, sort_keys=True)})
-    lake.table(name).alter.set_table_properties(properties, commit_properties=tagged)
+    # Not strict: delta-rs refuses keys outside Delta's own (the Parquet writer's layout property)
+    # when asked to check them.
+    lake.table(name).alter.set_table_properties(properties, raise_if_not_exists=False, commit_properties=tagged)
 
 
 def _delta_conflicts() -> tuple[type[BaseException], ...]:

@@ -105,6 +105,9 @@ def overwrite_state(spark: SparkSession, warehouse: Warehouse, table: pa.Table, 
 
     The rows are staged as Parquet next to the warehouse and read back by Spark, so a state of
     10M subscriptions streams through the JVM instead of being held there as one local relation.
+    Each worker's rows are written sorted by ``sub_id``: with the table's small Parquet pages
+    (``sql/ddl/knn_state.sql``) a point query on a few subscriptions skips all but a few pages
+    of each file (docs/design.md §9).
     """
     import shutil
     import uuid
@@ -116,8 +119,10 @@ def overwrite_state(spark: SparkSession, warehouse: Warehouse, table: pa.Table, 
     try:
         pq.write_table(table, staging / "state.parquet", row_group_size=200_000)
         df = spark.read.schema(spark.table(tables.STATE).schema).parquet(str(staging))
-        insert(spark, df.repartition("worker"), tables.STATE, overwrite=True, app_id="dkmsks-state-plan",
-               version=plan_version,
+        # Sorted by (worker, sub_id): the partitioned write needs the worker order, and a sort by
+        # sub_id alone would be re-sorted by worker before the write.
+        rows = df.repartition("worker").sortWithinPartitions("worker", "sub_id")
+        insert(spark, rows, tables.STATE, overwrite=True, app_id="dkmsks-state-plan", version=plan_version,
                metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
