@@ -9,10 +9,12 @@ tables, and nothing else ever removes a file. So per table of the warehouse, a m
    Spark SQL takes no parameter marker for a property value);
 2. runs OPTIMIZE (Delta's bin-packing of small files; rows are unchanged) when a partition holds
    more than one small file or a file carries deletion vectors — otherwise Delta would find
-   nothing to do, and skipping saves a Spark job per table. ``knn_state`` is OPTIMIZEd with
-   ``ZORDER BY (sub_id)`` instead, which rewrites each worker's files sorted by ``sub_id``
-   (the layout its point reads need, docs/design.md §9: compactions add unsorted files), and
-   gets its layout property (:data:`LAYOUT_PROPERTIES`) set, and is rewritten, if it lacks it;
+   nothing to do, and skipping saves a Spark job per table. ``knn_state`` is instead rewritten
+   as one sorted file per worker (:data:`SORT_COLUMNS`, Delta's ``dataChange = false``
+   rearrangement: rows unchanged, no change-data records), the layout its point reads need
+   (docs/design.md §9; compactions add unsorted files). Delta's ``ZORDER BY (sub_id)`` was
+   tried and left each worker's rows unsorted in one file (measured). A table that lacks its
+   layout property (:data:`LAYOUT_PROPERTIES`) gets it set, and is rewritten;
 3. runs VACUUM with the table's own retention, now the horizon, when the folder holds Parquet
    files that the current version no longer references and that are older than the horizon.
    Delta's safety check compares the retention with that same property, so it holds without
@@ -68,8 +70,8 @@ CONFLICT_ATTEMPTS = 3
 #: Parquet pages of at most 1000 rows let a point query on a few ``sub_id``s skip the rest of
 #: each sorted file through the page index (``sql/ddl/knn_state.sql``).
 LAYOUT_PROPERTIES: dict[str, dict[str, str]] = {tables.STATE: {"parquet.page.row.count.limit": "1000"}}
-#: The column a table's OPTIMIZE sorts its files by (Z-order on one column), where it matters.
-ZORDER_COLUMNS: dict[str, str] = {tables.STATE: "sub_id"}
+#: Tables whose compaction is a sorted rewrite (partition column first, as the write needs).
+SORT_COLUMNS: dict[str, tuple[str, str]] = {tables.STATE: ("worker", "sub_id")}
 
 
 @dataclass(frozen=True)
@@ -237,11 +239,14 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
     with delta_txn(spark, metadata=meta):  # tags the OPTIMIZE and VACUUM commits
         if before.compactable or before.with_deletions or relayout:
             started = time.perf_counter()
-            zorder = ZORDER_COLUMNS.get(name)
+            order = SORT_COLUMNS.get(name)
 
             def optimize() -> object:
-                builder = DeltaTable.forPath(spark, path).optimize()
-                return (builder.executeZOrderBy(zorder) if zorder else builder.executeCompaction()).collect()
+                if order is None:
+                    return DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()
+                rows = spark.read.format("delta").load(path).repartition(order[0]).sortWithinPartitions(*order)
+                rows.write.format("delta").mode("overwrite").option("dataChange", "false").save(path)
+                return None
 
             _, note = with_conflict_retries(optimize, _delta_conflicts())
             phases[f"{name}: optimize"] = (time.perf_counter() - started) * 1e3
