@@ -3,8 +3,9 @@
 -- Laid out for point reads by sub_id (docs/design.md §9): writers sort each worker's rows by
 -- sub_id, and Parquet pages hold at most 1000 rows, so a query on a few sub_ids reads a few
 -- pages of each file through the Parquet page index instead of every row. Delta hands table
--- properties to the Parquet writer, so the page limit applies to every Spark write of the table
--- (overwrite, MERGE, OPTIMIZE); maintenance sets it on tables created before it was here.
+-- properties to the Parquet writer of its Spark writes (tests/spark/test_state_layout.py checks
+-- the partition job's overwrite and maintenance's rewrite); maintenance sets it on tables
+-- created before it was here.
 CREATE TABLE IF NOT EXISTS IDENTIFIER(:table) (
   plan_version BIGINT NOT NULL COMMENT 'plan the assignment belongs to (same on every row)',
   worker INT NOT NULL COMMENT 'worker holding the subscription',
