@@ -145,12 +145,14 @@ def test_sorted_probe_finds_the_same_pairs(method: str) -> None:
         sorted_probe = SortedProbe.of(keys, owner)
         assert np.all(np.diff(sorted_probe.keys) > 0)
         back_keys, back_owner = sorted_probe.pairs()
-        assert sorted(zip(back_keys.tolist(), back_owner.tolist())) == sorted(zip(keys.tolist(), owner.tolist()))
+        assert sorted(zip(back_keys.tolist(), back_owner.tolist(), strict=True)) \
+            == sorted(zip(keys.tolist(), owner.tolist(), strict=True))
         checked_delta |= worker.index.postings._sorted_delta()[0].shape[0] > 0  # noqa: SLF001
         plain = worker.index.lookup_accept(worker.state, batch, (keys, owner))
         fast = worker.index.lookup_accept(worker.state, batch, sorted_probe)
         assert np.array_equal(plain[4], fast[4]), (method, t)
-        assert sorted(zip(*(a.tolist() for a in plain[:4]))) == sorted(zip(*(a.tolist() for a in fast[:4]))), (method, t)
+        pairs = [sorted(zip(*(a.tolist() for a in found[:4]), strict=True)) for found in (plain, fast)]
+        assert pairs[0] == pairs[1], (method, t)
         assert plain[0].shape[0] > 0, "the case must accept pairs to compare"
         worker.process(batch, sorted_probe)
     assert checked_delta, "the case must leave entries in the postings' delta"
