@@ -218,6 +218,9 @@ def _gallop(keys: Any, lo: int, key: Any) -> int:
     return lo + 1 + np.searchsorted(keys[lo + 1:hi], key)
 
 
+# The exact test and the append below are written out again, as in _lookup_accept: moved into a
+# shared jitted function, both lookups ran slower (measured on the 1M/1M engine's 20 workers:
+# plain 34 -> 39 ms, sorted 23 -> 31 ms per timestamp).
 @_jit
 def _lookup_sorted(ukeys, uptr, uowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001, C901
                    s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
