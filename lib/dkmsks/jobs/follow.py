@@ -39,7 +39,7 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
-from dkmsks.spark.bridge import WorkerSession
+from dkmsks.spark.bridge import WorkerSession, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
 from dkmsks.spark.lake import Lake
@@ -75,6 +75,7 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
     folder = Path(spool)
     try:
         session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
+        warm_kernels()  # ready means ready: the first round pays no compile or cache load
         _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
         while True:
@@ -149,6 +150,7 @@ class FollowSession:
             self.state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
             self.vocab = Vocabulary()
             self.server = build_main_server(lake, info, self.vocab, view, warehouse.cache_dir)
+        warm_kernels()  # once here, so that the m worker processes load them instead of compiling
         self.spool.mkdir(parents=True, exist_ok=False)
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
         m, spool, poll = info.workers, str(self.spool), self.poll

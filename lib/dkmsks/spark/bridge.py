@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dkmsks.core import kernel
 from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabulary
 from dkmsks.core.protocol import RoutedDeletions, RoutedInsertions, add_insertions, remove_deletions
 from dkmsks.core.update import Worker
@@ -36,6 +37,18 @@ OUTPUT_SCHEMA = pa.schema([
     ("pairs_tested", pa.int64()), ("pairs_in_ball", pa.int64()), ("results_changed", pa.int64()),
     ("knn_ms", pa.float64()), ("insert_ms", pa.float64()), ("delete_ms", pa.float64()),
 ])
+
+
+def warm_kernels() -> None:
+    """Compile the worker kernels, or load them from numba's cache, unless ``DKMSKS_KERNEL=numpy``.
+
+    A Spark driver calls it before it starts worker tasks: after a change of the kernels' source
+    every worker process would otherwise compile them at once in its first round (measured: the
+    first round of follow mode at |S| = 1M, m = 20 took 185 s on 2 cores, the next 59
+    timestamps 7.9 s); compiled once here, each worker process loads the cache (~0.5 s).
+    """
+    if kernel.kernel_name(os.environ.get("DKMSKS_KERNEL") or None) == "numba":
+        kernel.warm_up()
 
 
 @dataclass(frozen=True)
