@@ -35,6 +35,7 @@ from dkmsks.core.model import (
     Results,
     Subscriptions,
 )
+from dkmsks.core.sets import has_duplicates
 
 #: End of the liveness interval of a subscription that has not been deleted.
 NEVER = np.iinfo(np.int64).max
@@ -269,7 +270,7 @@ class KnnState:
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         sid = subs.ids.astype(np.int64)
-        if np.unique(sid).shape[0] != n:
+        if has_duplicates(sid):
             raise ValueError("duplicate subscription ids in one add(); add each id once")
         if np.any(self.contains(sid)):
             dup = sid[self.contains(sid)][:5].tolist()

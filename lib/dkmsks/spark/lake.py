@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dkmsks.warehouse import Warehouse
 
@@ -161,6 +162,26 @@ class Lake:
         # first, which a reader (dkm status, watch, the client) otherwise never loads.
         data = pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
         return data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
+
+    def column_bound(self, name: str, column: str, version: int | None = None) -> int | None:
+        """An upper bound of integer ``column`` over the rows of ``name`` (at ``version``), None
+        when the table holds no data file.
+
+        From the data files' statistics in the Delta log (no data file is opened) when every
+        file has them, else by a scan. It is the largest value of any row in the table's
+        files, including rows a deletion vector has since removed: the exact maximum of the
+        live rows, or above it. ``knn_state``'s ``plan_version`` and ``updated_t`` marks are
+        read this way (a scan of 1M rows took ~35 ms per column, and a publish asks for both).
+        """
+        table = self.table(name, version)
+        actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+        if actions.num_rows == 0:
+            return None
+        key = f"max.{column}"
+        if key in actions.column_names and actions.column(key).null_count == 0:
+            return int(pc.max(actions.column(key)).as_py())
+        values = self.read(name, columns=[column], version=version).column(column)
+        return int(pc.max(values).as_py()) if len(values) and values.null_count < len(values) else None
 
     def version(self, name: str) -> int:
         """The latest version of table ``name``."""

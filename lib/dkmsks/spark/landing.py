@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import Op
+from dkmsks.core.sets import member
 from dkmsks.io.formats import (
     EVENT_COLUMNS,
     OBJECT_COLUMNS,
@@ -278,7 +279,7 @@ def _check_objects(lake: Lake, rows: pa.Table, sealed: int) -> tuple[pa.Table, i
     # Data skipping on the id range: a batch of new ids usually touches no landed file at all.
     landed_ids = _ints(lake.read(tables.OBJECTS, columns=["id"], predicate=where(
         id__ge=int(ids.min()), id__le=int(ids.max()))).column("id"))
-    seen = np.flatnonzero(np.isin(ids, landed_ids))
+    seen = np.flatnonzero(member(ids, landed_ids[member(landed_ids, ids)]))
     if seen.size:
         wanted = ids[seen]
         prior = lake.read(tables.OBJECTS, columns=["id", "x", "y", "keywords", "t", "source", "line"],

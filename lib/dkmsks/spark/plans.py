@@ -51,9 +51,9 @@ def current_plan(lake: Lake) -> PlanInfo | None:
     plans = lake.read(tables.PLANS)
     if plans.num_rows == 0:
         return None
-    in_state = lake.read(tables.STATE, columns=["plan_version"]).column("plan_version")
+    in_state = lake.column_bound(tables.STATE, "plan_version")  # a repartition overwrites the state whole
     versions = np.asarray(plans.column("plan_version").to_numpy(), dtype=np.int64)
-    wanted = int(pc.max(in_state).as_py()) if len(in_state) else int(versions.max())
+    wanted = in_state if in_state is not None else int(versions.max())
     row = plans.filter(pc.equal(plans.column("plan_version"), wanted)).to_pylist()[0]
     meta = json.loads(row["meta_json"])
     # Method and m are columns of their own; the rest of the configuration is the JSON.

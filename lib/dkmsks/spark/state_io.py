@@ -3,7 +3,7 @@
 A micro-batch run commits one journal append (its commit point) and does not touch
 ``knn_state``; a compaction later MERGEs the journal's ``final`` records into the snapshot.
 So the state of a subscription is its newest ``final`` record of the snapshot's plan that is
-newer than the snapshot (``t > max(updated_t)``), else its snapshot row. "Newest" is by ``t``,
+newer than the snapshot's mark (``t >`` the files' largest ``updated_t``), else its snapshot row. "Newest" is by ``t``,
 then an upsert before a delete: a subscription deleted on one worker and registered again on
 another at the same timestamp leaves two final records with equal ``t``, and within a
 timestamp deletions apply before insertions (docs/design.md §1), so the upsert is the later one. The mark may lag a
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Vocabulary
+from dkmsks.core.sets import member
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake, where
 
@@ -49,11 +50,12 @@ class StateView:
         an empty state)."""
         state_version = lake.version(tables.STATE)
         journal_version = lake.version(tables.JOURNAL)
-        marks = lake.read(tables.STATE, columns=["plan_version", "updated_t"], version=state_version)
-        if marks.num_rows:
-            plan = int(pc.max(marks.column("plan_version")).as_py())
-            through = int(pc.max(marks.column("updated_t")).as_py())
-        else:
+        # From the files' statistics: an upper bound of the rows' newest updated_t, which
+        # counts rows a compaction deleted (deletion vectors) — all of them no newer than
+        # that compaction's last merged final, so the mark still never leads a compaction.
+        plan = lake.column_bound(tables.STATE, "plan_version", state_version)
+        through = lake.column_bound(tables.STATE, "updated_t", state_version)
+        if plan is None or through is None:
             if fallback_plan is None:
                 raise ValueError("knn_state is empty and no plan version was given")
             plan, through = int(fallback_plan), MIN_T
@@ -88,7 +90,7 @@ def overlay(snapshot: pa.Table, tail: pa.Table, columns: list[str]) -> pa.Table:
     first[1:] = sub[order][1:] != sub[order][:-1]
     newest = tail.take(pa.array(order[first]))
     newest_ids = np.asarray(newest.column("sub_id").to_numpy(), dtype=np.int64)
-    keep = ~np.isin(np.asarray(snapshot.column("sub_id").to_numpy(), dtype=np.int64), newest_ids)
+    keep = ~member(np.asarray(snapshot.column("sub_id").to_numpy(), dtype=np.int64), newest_ids)
     upserts = newest.filter(pc.equal(newest.column("change"), "upsert"))
     if "updated_t" in columns:
         upserts = upserts.append_column("updated_t", upserts.column("t"))

@@ -84,6 +84,7 @@ from dkmsks.core.partition._common import (
 from dkmsks.core.partition.greedy import assign_in_order
 from dkmsks.core.partition.plan import Method, PartitionPlan
 from dkmsks.core.partition.ps2 import route_home
+from dkmsks.core.sets import has_duplicates
 
 __all__ = ["MainServer", "RectIndex"]
 
@@ -464,7 +465,7 @@ class MainServer:
         ids = subs.ids.astype(np.int64)
         if ids.shape[0] == 0:
             return np.zeros(0, dtype=np.int32)
-        if np.unique(ids).shape[0] != ids.shape[0]:
+        if has_duplicates(ids):
             raise ValueError("assign got the same subscription id twice")
         live, _ = self.lookup_weights(ids)
         if np.any(live >= 0):
@@ -587,7 +588,7 @@ class MainServer:
         if missing not in ("raise", "ignore"):
             raise ValueError("missing must be 'raise' or 'ignore'")
         ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
-        if np.unique(ids).shape[0] != ids.shape[0]:
+        if has_duplicates(ids):
             raise ValueError("delete got the same subscription id twice")
         workers, weights = self.lookup_weights(ids)
         if missing == "raise" and np.any(workers < 0):
