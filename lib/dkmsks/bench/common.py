@@ -201,47 +201,77 @@ class ResultFile:
 
 
 # --------------------------------------------------------------------------- subprocesses
-class PeakMemory:
-    """Samples the summed resident memory of a process and all its descendants (a Spark
-    driver's JVM and Python workers) in a background thread."""
+class TreeMemory:
+    """Samples, in a background thread, the summed resident memory of several named process
+    trees (a root and all its descendants: a Spark driver's JVM and Python workers), each
+    process counted once, under the nearest root it descends from (so a root that is a child
+    of another root is its own party). Keeps the peak of the sum and each party's share at
+    that peak; a party may be added while sampling runs."""
 
-    def __init__(self, pid: int | None = None, interval: float = 0.5) -> None:
+    def __init__(self, roots: Mapping[str, int], interval: float = 0.5) -> None:
         import psutil
 
         self._psutil = psutil
-        self.pid = pid or os.getpid()
+        self.roots = dict(roots)
         self.interval = interval
         self.peak = 0
+        self.at_peak: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> int:
-        try:
-            root = self._psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except self._psutil.Error:
-            return 0
-        total = 0
-        for p in procs:
-            with contextlib.suppress(self._psutil.Error):
-                total += p.memory_info().rss
-        return total
+    def add(self, name: str, pid: int) -> None:
+        """Sum the tree of ``pid`` too, as the party ``name``."""
+        with self._lock:
+            self.roots[name] = pid
+
+    def sample(self) -> dict[str, int]:
+        """Each party's resident bytes now (0 for a root that has exited)."""
+        with self._lock:
+            roots = dict(self.roots)
+        trees: dict[str, list] = {}
+        for name, pid in roots.items():
+            try:
+                root = self._psutil.Process(pid)
+                trees[name] = [root, *root.children(recursive=True)]
+            except self._psutil.Error:
+                trees[name] = []
+        seen: set[int] = set()
+        out: dict[str, int] = {}
+        for name in sorted(trees, key=lambda n: len(trees[n])):  # a nested tree is the smaller one
+            out[name] = 0
+            for p in trees[name]:
+                if p.pid in seen:
+                    continue
+                seen.add(p.pid)
+                with contextlib.suppress(self._psutil.Error):
+                    out[name] += p.memory_info().rss
+        return {name: out[name] for name in roots}
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
+            parts = self.sample()
+            if sum(parts.values()) > self.peak:
+                self.peak, self.at_peak = sum(parts.values()), parts
             self._stop.wait(self.interval)
 
-    def start(self) -> PeakMemory:
+    def start(self) -> TreeMemory:
         """Start sampling; returns ``self``."""
         self._thread.start()
         return self
 
     def stop(self) -> int:
-        """The peak in bytes."""
+        """The peak of the sum in bytes."""
         self._stop.set()
         self._thread.join()
         return self.peak
+
+
+class PeakMemory(TreeMemory):
+    """Samples the summed resident memory of one process and all its descendants."""
+
+    def __init__(self, pid: int | None = None, interval: float = 0.5) -> None:
+        super().__init__({"": pid or os.getpid()}, interval)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,15 +33,30 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, say, write_doc_section
+from dkmsks.bench.common import (
+    REPO,
+    ResultFile,
+    TreeMemory,
+    dataset_path,
+    load_average,
+    run_command,
+    say,
+    write_doc_section,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, percentile
 
 prose = Prose.load("freshness")
+TITLE = "Freshness of a live warehouse"
 DKM = [str(Path(sys.executable).with_name("dkm"))]
 #: Each Spark-free reader answers within this many seconds at |S| = 1M (issue 13.6).
 READER_TARGET = 2.0
 TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 2.0, "catchup_ops": 20_000.0}
+#: The live service on this machine (issue 18): follow mode warm within 5 minutes of its launch,
+#: and everything together (follow, the SQL reader, the publisher) within 16 GiB.
+STARTUP_TARGET_S, PEAK_TARGET_GIB = 300.0, 16.0
+#: The steps of the initial phase an earlier run measured, kept when ``--keep`` reuses its warehouse.
+INITIAL_STEPS = ("initial_phase_s", "initial_peak_rss_gib", "initial_phase_commit")
 
 
 # --------------------------------------------------------------------------- the SQL reader
@@ -155,6 +171,7 @@ def run(args: argparse.Namespace) -> dict:
     n, burst = args.timestamps, args.burst
     total_t = n + burst
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    earlier = json.loads((work / "results.json").read_text()) if (work / "results.json").exists() else {}
     rec = ResultFile(work / "results.json", params, spark=True)
     load_start = load_average()
     workload = work / "workload"
@@ -174,17 +191,27 @@ def run(args: argparse.Namespace) -> dict:
         rec = ResultFile(work / "results.json", params, spark=True)
     if not warehouse.has_table("journal"):
         say("initial phase: dkm run --until 0 (ingest O_init, partition)")
-        started = time.perf_counter()
-        subprocess.run([*DKM, "run", "--objects", str(objects), "--events", str(events), "--warehouse",
-                        str(warehouse.root), "--workers", str(args.workers), "--until", "0"], check=True)
-        rec.put("initial_phase_s", time.perf_counter() - started)
+        done = run_command([*DKM, "run", "--objects", str(objects), "--events", str(events), "--warehouse",
+                            str(warehouse.root), "--workers", str(args.workers), "--until", "0"],
+                           work / "initial.log", sample_memory=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the initial phase failed (see {work / 'initial.log'})")
+        rec.put("initial_phase_s", done.seconds)
+        rec.put("initial_peak_rss_gib", (done.peak_rss_mib or 0.0) / 1024)
+        rec.put("initial_phase_commit", rec.data["commit"])
+    else:  # reused (--keep): the earlier run's measurement of it, with the commit it ran on
+        for key in INITIAL_STEPS:
+            if key in earlier.get("steps", {}):
+                rec.put(key, earlier["steps"][key])
 
     say("reading the stream's rows")
     stream = _stream_rows(objects, events, 1, total_t)
     follow_log = open(work / "follow.log", "w")  # noqa: SIM115 - the child's whole life
+    launched = time.perf_counter()
     follow = subprocess.Popen([*DKM, "follow", "--warehouse", str(warehouse.root), "--slots",
                                str(args.workers + 2), "--poll", str(args.poll)], stdout=follow_log,
                               stderr=subprocess.STDOUT, start_new_session=True)
+    memory = TreeMemory({"publisher": os.getpid(), "follow": follow.pid}).start()
     watch = LedgerWatch(warehouse)
     watch.start()
     reader_out = work / "reader.jsonl"
@@ -199,11 +226,15 @@ def run(args: argparse.Namespace) -> dict:
             if follow.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"follow mode did not start (see {work / 'follow.log'})")
             time.sleep(1)
-        say("follow mode is warm; starting the SQL reader")
+        rec.put("follow_startup_s", time.perf_counter() - launched)
+        rec.put("startup_peak_rss_gib", memory.peak / 2**30)
+        rec.put("load_avg_following", load_average())
+        say(f"follow mode is warm after {rec.data['steps']['follow_startup_s']:.0f} s; starting the SQL reader")
         sub_ids = ",".join(str(r["id"]) for r in stream[1][1][:3] if r.get("op") == "insert") or "1,2,3"
         reader = subprocess.Popen([sys.executable, "-m", "dkmsks.bench.freshness", "--reader", str(warehouse.root),
                                    str(reader_out), sub_ids, "1.0"], stdout=subprocess.DEVNULL,
                                   stderr=open(work / "reader.log", "w"), start_new_session=True)  # noqa: SIM115
+        memory.add("SQL reader", reader.pid)
         while not reader_out.exists() or not reader_out.read_text().strip():
             if reader.poll() is not None:
                 raise RuntimeError(f"the SQL reader failed (see {work / 'reader.log'})")
@@ -233,6 +264,9 @@ def run(args: argparse.Namespace) -> dict:
         rec.put("burst", {"timestamps": burst, "objects": len(rows_o), "events": len(rows_e), "call_s": burst_call,
                           "seconds": burst_s, "objects_per_s": len(rows_o) / burst_s})
     finally:
+        memory.stop()
+        rec.put("peak_rss_gib", memory.peak / 2**30)
+        rec.put("peak_rss_parts_gib", {name: b / 2**30 for name, b in memory.at_peak.items()})
         watch.halt.set()
         Path(str(reader_out) + ".stop").touch()
         if reader is not None:
@@ -292,7 +326,8 @@ def report(d: dict) -> str:
     bounded = s["last_third"] <= max(1.5 * s["first_third"], s["first_third"] + 0.25)
     b = d["steps"]["burst"]
     return "\n\n".join([
-        prose("head", commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
+        prose("head", title=TITLE + ("" if section(p) == "freshness" else f" at |S| = {_short(p['subscriptions'])}"),
+              commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
               load_start=f"{d['load_avg'][0]:.1f}", load_end=f"{d['load_avg'][1]:.1f}",
               o_init=f"{p['o_init']:,}", subs=f"{p['subscriptions']:,}", m=p["workers"], n=s["n"],
               interval=f"{p['interval']:g}", burst=p["burst"], poll=f"{p['poll']:g}"),
@@ -308,12 +343,48 @@ def report(d: dict) -> str:
               query_ok=_ok(met["query_p50"]), catchup_ok=_ok(met["catchup_ops"])),
         prose("lag.bounded" if bounded else "lag.grows", first=f"{s['first_third']:.2f}",
               last=f"{s['last_third']:.2f}"),
+        *([service(d)] if "follow_startup_s" in d["steps"] else []),
         *([prose("readers", subs=f"{p['subscriptions']:,}", runs=p.get("reader_runs", 3)),
            "\n".join(["| reader | median (s) | ≤ 2 s |", "|---|---:|---|",
                       *(f"| {name} | {sec:.2f} | {_ok(sec <= READER_TARGET)} |"
                         for name, sec in d["steps"]["readers"].items())])]
           if "readers" in d["steps"] else []),
     ])
+
+
+def service(d: dict) -> str:
+    """The live service's start-up and memory against their targets: follow mode's start-up, the
+    peak resident memory of everything together while it ran, and the initial phase's."""
+    st = d["steps"]
+    parts = st.get("peak_rss_parts_gib", {})
+    initial = st.get("initial_peak_rss_gib")
+    initial_row = (prose("service.initial", initial_s=f"{st['initial_phase_s']:,.0f}", initial_gib=f"{initial:.1f}",
+                         initial_commit=str(st.get("initial_phase_commit", d["commit"]))[:7],
+                         initial_ok=_ok(initial <= PEAK_TARGET_GIB))
+                   if initial is not None and "initial_phase_s" in st else "")
+    return "\n".join([
+        prose("service", m=d["params"]["workers"], startup_s=f"{st['follow_startup_s']:,.0f}",
+              startup_ok=_ok(st["follow_startup_s"] <= STARTUP_TARGET_S),
+              startup_gib=f"{st['startup_peak_rss_gib']:.1f}", peak_gib=f"{st['peak_rss_gib']:.1f}",
+              peak_ok=_ok(st["peak_rss_gib"] <= PEAK_TARGET_GIB),
+              parts=", ".join(f"{name} {gib:.1f}" for name, gib in parts.items())),
+        *([initial_row] if initial_row else []),
+    ])
+
+
+def section(params: dict) -> str:
+    """The section of the docs a run goes to: ``freshness`` at the default |S| = 1M, else one of
+    its own per size (``freshness-10m``), so a run at another size keeps the 1M one."""
+    return params.get("section") or ("freshness" if params["subscriptions"] == 1_000_000
+                                     else f"freshness-{_short(params['subscriptions']).lower()}")
+
+
+def _short(n: int) -> str:
+    """``10000000`` -> ``10M``, ``20000`` -> ``20k``, ``1500`` -> ``1500``."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 def _ok(met: bool) -> str:
@@ -339,6 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="20k/20k, m = 4, 10 + 10 timestamps")
     p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
     p.add_argument("--report-only", type=Path, default=None, help="render an earlier results.json")
+    p.add_argument("--section", default=None,
+                   help="the section of --doc to write (freshness at |S| = 1M, else freshness-10m etc.)")
     args = p.parse_args(argv)
     if args.quick:
         args.o_init, args.subscriptions, args.workers, args.timestamps, args.burst = 20_000, 20_000, 4, 10, 10
@@ -346,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report(data)
     print(text)
     if args.doc:
-        write_doc_section(args.doc, "freshness", text)
+        write_doc_section(args.doc, args.section or section(data["params"]), text)
     return 0
 
 
