@@ -202,18 +202,25 @@ class ResultFile:
 
 # --------------------------------------------------------------------------- subprocesses
 class TreeMemory:
-    """Samples, in a background thread, the summed resident memory of several named process
-    trees (a root and all its descendants: a Spark driver's JVM and Python workers), each
-    process counted once, under the nearest root it descends from (so a root that is a child
-    of another root is its own party). Keeps the peak of the sum and each party's share at
-    that peak; a party may be added while sampling runs."""
+    """Samples, in a background thread, the summed memory of several named process trees (a
+    root and all its descendants: a Spark driver's JVM and Python workers), each process
+    counted once, under the nearest root it descends from (so a root that is a child of
+    another root is its own party). Keeps the peak of the sum and each party's share at that
+    peak; a party may be added while sampling runs.
 
-    def __init__(self, roots: Mapping[str, int], interval: float = 0.5) -> None:
+    With ``proportional`` each process counts its proportional set size (PSS: a page shared by
+    n processes counts 1/n in each), so the sum is the memory the trees hold together; forked
+    workers (PySpark's daemon forks every Python worker) share most of their pages, and summing
+    their resident sizes counts those pages once per worker. Without it (or where the system
+    has no PSS), resident sizes (RSS)."""
+
+    def __init__(self, roots: Mapping[str, int], interval: float = 0.5, *, proportional: bool = False) -> None:
         import psutil
 
         self._psutil = psutil
         self.roots = dict(roots)
         self.interval = interval
+        self.proportional = proportional
         self.peak = 0
         self.at_peak: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -245,8 +252,14 @@ class TreeMemory:
                     continue
                 seen.add(p.pid)
                 with contextlib.suppress(self._psutil.Error):
-                    out[name] += p.memory_info().rss
+                    out[name] += self._bytes(p)
         return {name: out[name] for name in roots}
+
+    def _bytes(self, p: Any) -> int:
+        if self.proportional:
+            with contextlib.suppress(AttributeError, self._psutil.AccessDenied):
+                return int(p.memory_full_info().pss)
+        return int(p.memory_info().rss)
 
     def _run(self) -> None:
         while not self._stop.is_set():

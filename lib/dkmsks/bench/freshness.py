@@ -56,7 +56,7 @@ TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 
 #: and everything together (follow, the SQL reader, the publisher) within 16 GiB.
 STARTUP_TARGET_S, PEAK_TARGET_GIB = 300.0, 16.0
 #: The steps of the initial phase an earlier run measured, kept when ``--keep`` reuses its warehouse.
-INITIAL_STEPS = ("initial_phase_s", "initial_peak_rss_gib", "initial_phase_commit")
+INITIAL_STEPS = ("initial_phase_s", "initial_peak_gib", "initial_phase_commit")
 
 
 # --------------------------------------------------------------------------- the SQL reader
@@ -87,16 +87,18 @@ def reader_main(warehouse: str, out: str, sub_ids: str, period: float) -> int:
 # --------------------------------------------------------------------------- the run
 def _stream_rows(objects: Path, events: Path, first: int, last: int) -> dict[int, tuple[list, list]]:
     """The workload's rows of timestamps ``first..last`` as the client takes them, by ``t``."""
+    import pyarrow.compute as pc
     import pyarrow.csv as pv
 
     by_t: dict[int, tuple[list, list]] = {t: ([], []) for t in range(first, last + 1)}
     opts = pv.ConvertOptions(column_types={"keywords": "string", "op": "string"}, strings_can_be_null=True)
     for path, slot in ((objects, 0), (events, 1)):
-        table = pv.read_csv(path, parse_options=pv.ParseOptions(delimiter="\t"), convert_options=opts)
-        for row in table.to_pylist():
-            t = int(row["t"])
-            if first <= t <= last:
-                by_t[t][slot].append({k: v for k, v in row.items() if v is not None})
+        # Batch by batch, keeping only the published timestamps' rows: not O_init's or S's (10M at |S| = 10M).
+        for batch in pv.open_csv(path, parse_options=pv.ParseOptions(delimiter="\t"), convert_options=opts):
+            for row in batch.filter(pc.greater_equal(batch["t"], first)).to_pylist():
+                t = int(row["t"])
+                if first <= t <= last:
+                    by_t[t][slot].append({k: v for k, v in row.items() if v is not None})
     return by_t
 
 
@@ -191,13 +193,15 @@ def run(args: argparse.Namespace) -> dict:
         rec = ResultFile(work / "results.json", params, spark=True)
     if not warehouse.has_table("journal"):
         say("initial phase: dkm run --until 0 (ingest O_init, partition)")
+        initial = TreeMemory({"initial phase": os.getpid()}, proportional=True).start()  # its child's tree
         done = run_command([*DKM, "run", "--objects", str(objects), "--events", str(events), "--warehouse",
                             str(warehouse.root), "--workers", str(args.workers), "--until", "0"],
-                           work / "initial.log", sample_memory=True)
+                           work / "initial.log")
+        initial.stop()
         if done.returncode != 0:
             raise RuntimeError(f"the initial phase failed (see {work / 'initial.log'})")
         rec.put("initial_phase_s", done.seconds)
-        rec.put("initial_peak_rss_gib", (done.peak_rss_mib or 0.0) / 1024)
+        rec.put("initial_peak_gib", initial.peak / 2**30)
         rec.put("initial_phase_commit", rec.data["commit"])
     else:  # reused (--keep): the earlier run's measurement of it, with the commit it ran on
         for key in INITIAL_STEPS:
@@ -211,7 +215,8 @@ def run(args: argparse.Namespace) -> dict:
     follow = subprocess.Popen([*DKM, "follow", "--warehouse", str(warehouse.root), "--slots",
                                str(args.workers + 2), "--poll", str(args.poll)], stdout=follow_log,
                               stderr=subprocess.STDOUT, start_new_session=True)
-    memory = TreeMemory({"publisher": os.getpid(), "follow": follow.pid}).start()
+    memory = TreeMemory({"publisher": os.getpid(), "follow": follow.pid}, proportional=True).start()
+    rec.put("memory_measure", "pss")
     watch = LedgerWatch(warehouse)
     watch.start()
     reader_out = work / "reader.jsonl"
@@ -227,7 +232,7 @@ def run(args: argparse.Namespace) -> dict:
                 raise RuntimeError(f"follow mode did not start (see {work / 'follow.log'})")
             time.sleep(1)
         rec.put("follow_startup_s", time.perf_counter() - launched)
-        rec.put("startup_peak_rss_gib", memory.peak / 2**30)
+        rec.put("startup_peak_gib", memory.peak / 2**30)
         rec.put("load_avg_following", load_average())
         say(f"follow mode is warm after {rec.data['steps']['follow_startup_s']:.0f} s; starting the SQL reader")
         sub_ids = ",".join(str(r["id"]) for r in stream[1][1][:3] if r.get("op") == "insert") or "1,2,3"
@@ -265,8 +270,8 @@ def run(args: argparse.Namespace) -> dict:
                           "seconds": burst_s, "objects_per_s": len(rows_o) / burst_s})
     finally:
         memory.stop()
-        rec.put("peak_rss_gib", memory.peak / 2**30)
-        rec.put("peak_rss_parts_gib", {name: b / 2**30 for name, b in memory.at_peak.items()})
+        rec.put("peak_gib", memory.peak / 2**30)
+        rec.put("peak_parts_gib", {name: b / 2**30 for name, b in memory.at_peak.items()})
         watch.halt.set()
         Path(str(reader_out) + ".stop").touch()
         if reader is not None:
@@ -354,22 +359,32 @@ def report(d: dict) -> str:
 
 def service(d: dict) -> str:
     """The live service's start-up and memory against their targets: follow mode's start-up, the
-    peak resident memory of everything together while it ran, and the initial phase's."""
-    st = d["steps"]
-    parts = st.get("peak_rss_parts_gib", {})
-    initial = st.get("initial_peak_rss_gib")
+    peak memory of everything together while it ran, and the initial phase's."""
+    st = _memory_steps(d["steps"])
+    parts = st.get("peak_parts_gib", {})
+    initial = st.get("initial_peak_gib")
     initial_row = (prose("service.initial", initial_s=f"{st['initial_phase_s']:,.0f}", initial_gib=f"{initial:.1f}",
                          initial_commit=str(st.get("initial_phase_commit", d["commit"]))[:7],
-                         initial_ok=_ok(initial <= PEAK_TARGET_GIB))
+                         initial_ok=_ok(initial <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper())
                    if initial is not None and "initial_phase_s" in st else "")
-    return "\n".join([
+    return "\n\n".join(["\n".join([
         prose("service", m=d["params"]["workers"], startup_s=f"{st['follow_startup_s']:,.0f}",
               startup_ok=_ok(st["follow_startup_s"] <= STARTUP_TARGET_S),
-              startup_gib=f"{st['startup_peak_rss_gib']:.1f}", peak_gib=f"{st['peak_rss_gib']:.1f}",
-              peak_ok=_ok(st["peak_rss_gib"] <= PEAK_TARGET_GIB),
+              startup_gib=f"{st['startup_peak_gib']:.1f}", peak_gib=f"{st['peak_gib']:.1f}",
+              peak_ok=_ok(st["peak_gib"] <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper(),
               parts=", ".join(f"{name} {gib:.1f}" for name, gib in parts.items())),
         *([initial_row] if initial_row else []),
-    ])
+    ]), prose("memory.pss" if st["memory_measure"] == "pss" else "memory.rss")])
+
+
+def _memory_steps(steps: dict) -> dict:
+    """The memory steps under their names; a run before they were sampled as PSS summed
+    resident sizes (RSS) under ``*_rss_*`` names."""
+    if "memory_measure" in steps:
+        return steps
+    old = {"startup_peak_rss_gib": "startup_peak_gib", "peak_rss_gib": "peak_gib",
+           "peak_rss_parts_gib": "peak_parts_gib", "initial_peak_rss_gib": "initial_peak_gib"}
+    return {**{old.get(k, k): v for k, v in steps.items()}, "memory_measure": "rss"}
 
 
 def section(params: dict) -> str:
