@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dkmsks.core.sets import distinct, has_duplicates, member
+from dkmsks.core.sets import has_duplicates, member
 
 pytestmark = pytest.mark.unit
 
@@ -38,8 +38,3 @@ def test_has_duplicates() -> None:
     ids[71_234] = ids[5]
     assert has_duplicates(ids)
 
-
-@pytest.mark.parametrize("n", [0, 1, 2, 1_000, 50_000])
-def test_distinct_equals_unique(n: int) -> None:
-    values = np.random.default_rng(n).integers(-(2**40), 2**40, n) // (1 + n // 50)
-    np.testing.assert_array_equal(distinct(values), np.unique(values))

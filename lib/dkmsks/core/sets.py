@@ -18,7 +18,7 @@ def member(values: npt.ArrayLike, pool: npt.ArrayLike) -> npt.NDArray[np.bool_]:
     """For each of ``values``, whether it occurs in ``pool`` (``np.isin`` by a sorted ``pool``:
     O((n + m) log m) for n values and m pool entries, so pass the smaller array as ``pool``)."""
     values = np.asarray(values)
-    pool = np.sort(np.asarray(pool), kind="stable").ravel()
+    pool = np.sort(np.asarray(pool).ravel())
     if pool.shape[0] == 0 or values.size == 0:
         return np.zeros(values.shape, dtype=bool)
     at = np.searchsorted(pool, values)
@@ -31,13 +31,3 @@ def has_duplicates(values: npt.ArrayLike) -> bool:
     ordered = np.sort(np.asarray(values).ravel())
     return bool(ordered.shape[0] > 1 and np.any(ordered[1:] == ordered[:-1]))
 
-
-def distinct(values: npt.ArrayLike) -> np.ndarray:
-    """The distinct values of ``values``, ascending (``np.unique`` by sorting)."""
-    ordered = np.sort(np.asarray(values).ravel())
-    if ordered.shape[0] == 0:
-        return ordered
-    keep = np.empty(ordered.shape[0], dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
