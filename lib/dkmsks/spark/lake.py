@@ -39,10 +39,11 @@ class MissingTable(FileNotFoundError):
 def where(**conditions: Any) -> str | None:
     """A DataFusion predicate ``col op value AND ...`` from ``col__op=value`` keywords.
 
-    Operators: ``eq``, ``gt``, ``ge``, ``le``, ``lt``. Values must be ints (rendered with
-    ``int()``) or identifiers-like constants (``[a-z_][a-z0-9_]*``, quoted).
+    Operators: ``eq``, ``gt``, ``ge``, ``le``, ``lt``, and ``in`` (a non-empty sequence of
+    ints). Values must be ints (rendered with ``int()``) or identifiers-like constants
+    (``[a-z_][a-z0-9_]*``, quoted).
     """
-    ops = {"eq": "=", "gt": ">", "ge": ">=", "le": "<=", "lt": "<"}
+    ops = {"eq": "=", "gt": ">", "ge": ">=", "le": "<=", "lt": "<", "in": "IN"}
     parts = []
     for key, value in conditions.items():
         if value is None:
@@ -50,7 +51,12 @@ def where(**conditions: Any) -> str | None:
         column, _, op = key.rpartition("__")
         if not _NAME.match(column) or op not in ops:
             raise ValueError(f"bad condition {key!r}")
-        if isinstance(value, str):
+        if op == "in":
+            values = [int(v) for v in value]
+            if not values:
+                raise ValueError(f"{key}: an empty list matches nothing; leave the scan out instead")
+            rendered = "(" + ", ".join(str(v) for v in values) + ")"
+        elif isinstance(value, str):
             if not _NAME.match(value):
                 raise ValueError(f"only constant words may be compared, got {value!r}")
             rendered = f"'{value}'"

@@ -341,8 +341,7 @@ def _liveness(lake: Lake, batch: pa.Table) -> dict[int, str]:
     wanted = pa.array(np.unique(ids))
     info = current_plan(lake)
     view = StateView.open(lake, fallback_plan=None if info is None else info.plan_version)
-    state = view.read(columns=["sub_id"])
-    live = _ints(state.filter(pc.is_in(state.column("sub_id"), value_set=wanted)).column("sub_id"))
+    live = _ints(view.read(columns=["sub_id"], sub_ids=wanted.to_pylist()).column("sub_id"))
     # Processed as of the journal version the state was read at: events after it are pending.
     processed = processed_through(lake, view.journal_version)
     pending = lake.read(tables.EVENTS, columns=["op", "id", "t"], predicate=where(t__gt=processed))
