@@ -279,6 +279,8 @@ def _check_objects(lake: Lake, rows: pa.Table, sealed: int) -> tuple[pa.Table, i
     # Data skipping on the id range: a batch of new ids usually touches no landed file at all.
     landed_ids = _ints(lake.read(tables.OBJECTS, columns=["id"], predicate=where(
         id__ge=int(ids.min()), id__le=int(ids.max()))).column("id"))
+    # The landed ids that are in the batch first (sorting the batch's ~1,000 ids, not the ~1M
+    # landed ones), then which batch rows they are.
     seen = np.flatnonzero(member(ids, landed_ids[member(landed_ids, ids)]))
     if seen.size:
         wanted = ids[seen]
