@@ -4,14 +4,15 @@
 # the code of a snapshot of HEAD (git archive; its commit in COMMIT, which the points record),
 # so that edits in the working tree cannot change the code under measurement mid-run. The
 # machine has 2 cores shared with other work: run the steps one after another.
-# Usage: [RUNS=3] bench/paper_full.sh {a|b|c|d|report}
+# Usage: [RUNS=3] [SWEEPS=...] [DATASETS=...] bench/paper_full.sh {a|b|c|d|report}
 #   a: on Place, all four methods (KOP, SOP, DkM-SKS, PS²Stream) and the paper-estimate
 #      variants: Tables 2-3 at the default setting (|O_init| = 1M, |S| = 1M, m = 20, k_max = 10;
 #      10 timestamps), then Figure 7 (|S| = 100k, 100 timestamps), then PS²Stream alone at the
 #      default setting over 100 timestamps
 #   b: the same on the Twitter stand-in
 #   c: the Spark pipeline points (default setting and the m sweep)
-#   d: the sweeps (Figures 8-10; |S| = 100k for the m and k_max sweeps) on both data sets
+#   d: the sweeps (Figures 8-10; |S| = 100k for the m and k_max sweeps) on both data sets;
+#      SWEEPS=fig9 (say) runs only those sweeps, DATASETS=place only that data set
 #   report: plots and docs/paper-reproduction.md from what was measured; a section none of whose
 #      points is in the store says so and points at PREVIOUS, the commit whose report holds it
 # RUNS (default 1) repeats every engine point; the report takes per-timestamp medians.
@@ -45,8 +46,7 @@ case "${1:-}" in
   b) engine --datasets twitter --figures tables,fig7,ps2long ;;
   c) snap="$(snapshot)"
      "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --figures "" --spark --spark-code "$snap" --no-report ;;
-  d) engine --datasets place --figures fig8,fig10,fig9
-     engine --datasets twitter --figures fig8,fig10,fig9 ;;
+  d) for ds in ${DATASETS:-place twitter}; do engine --datasets "$ds" --figures "${SWEEPS:-fig8,fig10,fig9}"; done ;;
   report) PYTHONPATH="$PWD/lib" "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --report-only --previous-report "$PREVIOUS" ;;
   *) echo "usage: [RUNS=R] $0 {a|b|c|d|report}" >&2; exit 2 ;;
 esac
