@@ -313,11 +313,18 @@ def test_results_export_lines_are_exact_across_sliced_batches(tmp_path, monkeypa
         d2 = np.sort(rng.random(n) * 10.0 ** rng.integers(-8, 30))
         d2[: n // 2] = np.floor(d2[: n // 2])  # whole distances too (printed with ".0")
         results[100 - s] = KnnResult(rng.integers(0, 2**62, n, dtype=np.int64), np.sort(d2))
-    assert write_results(tmp_path / "r.jsonl", results, 9) == 11
+    # exact squares: whole distances small and large (1e20 prints with an exponent)
+    squares = np.array([0.0, 4.0, 2.25, 1e16, 1e40])
+    results[50] = KnnResult(np.arange(5, dtype=np.int64), squares)
+    assert write_results(tmp_path / "r.jsonl", results, 9) == 12
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     expected = [json.dumps({"sub_id": s, "t": 9, "object_ids": results[s].object_ids.tolist(),
                             "distances": np.sqrt(results[s].d2).tolist()}) for s in sorted(results)]
     assert [json.loads(x) for x in lines] == [json.loads(x) for x in expected]
+    # every distance is a JSON float ("2.0", not "2"), as json.dumps writes it
+    parsed = [json.loads(x)["distances"] for x in lines]
+    assert all(type(d) is float for row in parsed for d in row)
+    assert [row["distances"] for row in map(json.loads, lines) if row["sub_id"] == 50] == [[0.0, 2.0, 1.5, 1e8, 1e20]]
 
 
 # --------------------------------------------------------------------------- windowed reads
