@@ -27,8 +27,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--until", type=int, default=None, help="stop after processing timestamp T")
     p.add_argument("--idle-exit", type=float, default=None, help="stop after this many idle seconds")
     p.add_argument("--max-timestamps", type=int, default=None, help="at most this many timestamps per round")
+    p.add_argument("--build-slots", type=_at_least_one, default=None,
+                   help="worker tasks that build their state at once at start-up (default: one per core; "
+                        "each build holds several times the memory the built worker keeps)")
     p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
     p.set_defaults(func=run)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
                               max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
-                              log=lambda text: print(text, flush=True))
+                              build_slots=args.build_slots, log=lambda text: print(text, flush=True))
     finally:
         spark.stop()

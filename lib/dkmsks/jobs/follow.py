@@ -21,6 +21,7 @@ committed timestamp is safe.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
@@ -29,6 +30,8 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,15 +70,43 @@ def _output_file(spool: Path, n: int, worker: int) -> Path:
     return spool / f"round-{n:06d}.w{worker:04d}"
 
 
-def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float) -> Any:
+@contextmanager
+def build_slot(folder: Path, slots: int, poll: float = 0.05) -> Iterator[int]:
+    """Hold one of ``slots`` lock files in ``folder`` (a counting semaphore across processes)
+    while the body runs; yields the slot's number.
+
+    The m worker tasks start at once, and a worker's build (reading its state, building its
+    indexes) holds several times the memory the built worker keeps: at |S| = 10M, twenty
+    builds at once took follow's start-up to an 18.5 GiB peak against 12.1 GiB once built.
+    On c cores more than c builds at once are not faster anyway. ``flock`` locks go with
+    the process, so a killed task frees its slot."""
+    while True:
+        for slot in range(slots):
+            handle = open(folder / f"build-slot-{slot}", "a")  # noqa: SIM115 - held across the yield
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield slot
+            finally:
+                handle.close()  # releases the lock
+            return
+        time.sleep(poll)
+
+
+def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
+                       build_slots: int) -> Any:
     """Body of one long-running worker task (executed on an executor)."""
     from pyspark import BarrierTaskContext
 
     worker_id = BarrierTaskContext.get().partitionId()
     folder = Path(spool)
     try:
-        session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
-        warm_kernels()  # ready means ready: the first round pays no compile or cache load
+        with build_slot(folder, build_slots):
+            session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
+            warm_kernels()  # ready means ready: the first round pays no compile or cache load
         _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
         while True:
@@ -112,13 +143,15 @@ class FollowSession:
     """The warm driver side of follow mode; see the module doc."""
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, *, run_id: str, poll: float = 0.005,
-                 start_timeout: float = 600.0) -> None:
+                 start_timeout: float = 600.0, build_slots: int | None = None) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.run_id = run_id
         self.poll = poll
         self.spool = warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}"
         self.start_timeout = start_timeout
+        #: How many worker tasks build at once (:func:`build_slot`): one per core by default.
+        self.build_slots = max(1, build_slots or os.cpu_count() or 1)
         self.stats = FollowStats()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -153,11 +186,11 @@ class FollowSession:
         warm_kernels()  # once here, so that the m worker processes load them instead of compiling
         self.spool.mkdir(parents=True, exist_ok=False)
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
-        m, spool, poll = info.workers, str(self.spool), self.poll
+        m, spool, poll, slots = info.workers, str(self.spool), self.poll, self.build_slots
         rdd = (
             spark.sparkContext.parallelize(range(m), m)
             .barrier()
-            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll))
+            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll, slots))
         )
 
         def drive() -> None:
@@ -278,7 +311,7 @@ class FollowSession:
 def follow_forever(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
-    log: Any = print, stop: threading.Event | None = None,
+    log: Any = print, stop: threading.Event | None = None, build_slots: int | None = None,
 ) -> int:
     """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
     ``stop`` is set (a service's SIGTERM).
@@ -287,7 +320,8 @@ def follow_forever(
     ``knn_state`` changed by another job (a catch-up run, a repartition's new plan) is
     restarted from Delta, so a new plan is picked up within a round; any other failure
     propagates (the caller's restart policy applies). Every round writes a status file
-    (:func:`write_status`) for ``scripts/follow.sh status``.
+    (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``: see
+    :class:`FollowSession`.
     """
     stop = stop or threading.Event()
     idle_since = time.monotonic()
@@ -302,7 +336,7 @@ def follow_forever(
                 return 0
             stop.wait(poll)
             continue
-        with FollowSession(spark, warehouse, run_id=run_id) as session:
+        with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
             write_status(warehouse, run_id, state="following", plan=session.info.plan_version, last_t=session.last)
             try:
