@@ -75,10 +75,10 @@ def build_slot(folder: Path, slots: int, poll: float = 0.05) -> Iterator[int]:
     """Hold one of ``slots`` lock files in ``folder`` (a counting semaphore across processes)
     while the body runs; yields the slot's number.
 
-    The m worker tasks start at once, and a worker's build (reading its state, building its
-    indexes) holds several times the memory the built worker keeps: at |S| = 10M, twenty
-    builds at once took follow's start-up to an 18.5 GiB peak against 12.1 GiB once built.
-    On c cores more than c builds at once are not faster anyway. ``flock`` locks go with
+    The m worker tasks start at once, and a worker's build (reading its state, making its
+    indexes) holds more memory than the built worker keeps: at |S| = 10M, twenty builds at
+    once took follow's start-up to an 18.5 GiB peak (PSS) against 12.1 GiB once built. On c
+    cores more than c builds at once are not faster anyway. ``flock`` locks go with
     the process, so a killed task frees its slot."""
     while True:
         for slot in range(slots):
