@@ -88,3 +88,17 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["bench", "paper", "--quick", "--quiet", "--out", str(out), "--no-report"]) == 0
     assert "nothing to measure" in capsys.readouterr().err
     assert sum(len(f.read_text().splitlines()) for f in out.glob("results-*.jsonl")) == lines
+
+
+def test_a_report_without_figure_7_says_the_sop_trend_was_not_measured(tmp_path: Path) -> None:
+    """A sweep re-run alone (bench/paper_full.sh d with SWEEPS=fig9) has the default-setting
+    points but no Figure 7 run: the SOP-over-time target is "not measured", not "not met"."""
+    require_real_data(PLACE_FILE)
+    out = tmp_path / "out"
+    # |S| = the default and T = the sweep's: the sweep's point is the default setting's
+    assert main(["bench", "paper", "--quick", "--quiet", "--out", str(out), "--datasets", "place",
+                 "--figures", "fig9", "--subs-values", "5000,20000", "--t-table", "3", "--series-subs", "10000"]) == 0
+    doc = (out / "paper-reproduction.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| SOP's update time grows over time"))
+    assert "not measured in this run" in row and "not met" not in row
+    assert "## Figure 9" in doc and (out / "img" / "fig9.png").stat().st_size > 10_000

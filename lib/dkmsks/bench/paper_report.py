@@ -264,7 +264,9 @@ def _targets(res: Results) -> str:
     rows.append(prose("target.work", status=_status(r <= WORK_TARGET), ratio=f"{r:.2e}",
                       inverse=f"{1 / r:,.0f}", dkm=f0(d["work"]), kop=f0(k["work"])))
     trends = {nc: res.series_growth("place", "sop", nc) for nc in ("live", "paper")}
-    if trends["live"] is not None and trends["live"]["work_max"] > GROWS_ABOVE:
+    if all(g is None for g in trends.values()):  # no Figure 7 run in this report
+        status = prose("status.not_measured")
+    elif trends["live"] is not None and trends["live"]["work_max"] > GROWS_ABOVE:
         status = prose("status.met")
     elif trends["paper"] is not None and trends["paper"]["work_max"] > GROWS_ABOVE:
         status = prose("status.met_with_paper_estimate")
