@@ -4,7 +4,7 @@
 # the code of a snapshot of HEAD (git archive; its commit in COMMIT, which the points record),
 # so that edits in the working tree cannot change the code under measurement mid-run. The
 # machine has 2 cores shared with other work: run the steps one after another.
-# Usage: [RUNS=3] [SWEEPS=...] [DATASETS=...] bench/paper_full.sh {a|b|c|d|report}
+# Usage: [RUNS=3] [SWEEPS=...] [DATASETS=...] bench/paper_full.sh {a|b|c|d|report|sweep-report}
 #   a: on Place, all four methods (KOP, SOP, DkM-SKS, PS²Stream) and the paper-estimate
 #      variants: Tables 2-3 at the default setting (|O_init| = 1M, |S| = 1M, m = 20, k_max = 10;
 #      10 timestamps), then Figure 7 (|S| = 100k, 100 timestamps), then PS²Stream alone at the
@@ -15,6 +15,8 @@
 #      SWEEPS=fig9 (say) runs only those sweeps, DATASETS=place only that data set
 #   report: plots and docs/paper-reproduction.md from what was measured; a section none of whose
 #      points is in the store says so and points at PREVIOUS, the commit whose report holds it
+#   sweep-report: docs/paper-$SWEEPS.md (and its plots) from the points of SWEEPS on DATASETS
+#      only, for a sweep re-run on its own with d
 # RUNS (default 1) repeats every engine point; the report takes per-timestamp medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,5 +50,9 @@ case "${1:-}" in
      "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --figures "" --spark --spark-code "$snap" --no-report ;;
   d) for ds in ${DATASETS:-place twitter}; do engine --datasets "$ds" --figures "${SWEEPS:-fig8,fig10,fig9}"; done ;;
   report) PYTHONPATH="$PWD/lib" "$DKM" bench paper "${COMMON[@]}" "${SPARK[@]}" --report-only --previous-report "$PREVIOUS" ;;
-  *) echo "usage: [RUNS=R] $0 {a|b|c|d|report}" >&2; exit 2 ;;
+  sweep-report)  # a report of its own for the sweeps a `d` step re-ran alone (docs/paper-SWEEPS.md)
+     sweeps="${SWEEPS:-fig9}" datasets="${DATASETS:-place twitter}"
+     PYTHONPATH="$PWD/lib" "$DKM" bench paper "${COMMON[@]}" --no-spark --datasets "${datasets// /,}" \
+       --figures "$sweeps" --report-only --docs "docs/paper-${sweeps//,/-}.md" --img-dir "docs/img/paper-${sweeps//,/-}" ;;
+  *) echo "usage: [RUNS=R] $0 {a|b|c|d|report|sweep-report}" >&2; exit 2 ;;
 esac
