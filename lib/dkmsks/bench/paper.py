@@ -387,10 +387,9 @@ class Runner:
         # Compile the kernels (or load numba's cache) before any timestamp is timed: a run from
         # a source snapshot (bench/paper_full.sh) has no cache, and its first point's first
         # timestamp took 4.5 s instead of ~7 ms.
-        from dkmsks.core import kernel
+        from dkmsks.core.kernel import warm_up
 
-        if kernel.kernel_name() == "numba":
-            kernel.warm_up()
+        warm_up()
         self.say(f"{len(todo)} point(s) in {len(groups)} workload(s) to measure; "
                  f"rough estimate {total / 60:.0f} min")
         n = 0

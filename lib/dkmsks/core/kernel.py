@@ -543,10 +543,13 @@ def grid_entries(
     )
 
 
-def warm_up() -> None:
+def warm_up(requested: str | None = None) -> None:
     """Compile (or load from numba's cache) every kernel by running a tiny worker through one
     insertion, one re-index and one update: a process's first timestamp then pays no compile
-    time (a cold compile takes ~10 s; the image build runs this once, docs/deployment.md)."""
+    time (a cold compile takes ~10 s; the image build runs this once, docs/deployment.md).
+    Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
+    if kernel_name(requested) != "numba":
+        return
     from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions
     from dkmsks.core.update import Worker
 

@@ -47,8 +47,7 @@ def warm_kernels() -> None:
     first round of follow mode at |S| = 1M, m = 20 took 185 s on 2 cores, the next 59
     timestamps 7.9 s); compiled once here, each worker process loads the cache (~0.5 s).
     """
-    if kernel.kernel_name(os.environ.get("DKMSKS_KERNEL") or None) == "numba":
-        kernel.warm_up()
+    kernel.warm_up(os.environ.get("DKMSKS_KERNEL") or None)
 
 
 @dataclass(frozen=True)
