@@ -73,3 +73,16 @@ def test_each_thread_has_its_own_open_table(lake: Lake) -> None:
     worker.join()
     assert seen[0] is seen[1] and seen[0] is not mine
     assert lake.table("objects") is mine
+
+
+def test_committed_after_sees_each_new_commit_and_agrees_with_the_version(lake: Lake) -> None:
+    # Follow mode's idle look: one file look per table instead of listing its log.
+    uri = lake.uris["objects"]
+    write_deltalake(uri, pa.table({"id": [1]}), mode="append")
+    assert not lake.committed_after("objects", lake.version("objects"))
+    subprocess.run([sys.executable, "-c", "import pyarrow as pa, sys; from deltalake import write_deltalake; "
+                    "write_deltalake(sys.argv[1], pa.table({'id': [2]}), mode='append')", uri], check=True)
+    assert lake.committed_after("objects", 0)
+    assert lake.version("objects") == 1 and not lake.committed_after("objects", 1)
+    lake.append("objects", pa.table({"id": [3]}))
+    assert lake.committed_after("objects", 1) and not lake.committed_after("objects", 2)
