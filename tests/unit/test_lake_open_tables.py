@@ -86,3 +86,11 @@ def test_committed_after_sees_each_new_commit_and_agrees_with_the_version(lake: 
     assert lake.version("objects") == 1 and not lake.committed_after("objects", 1)
     lake.append("objects", pa.table({"id": [3]}))
     assert lake.committed_after("objects", 1) and not lake.committed_after("objects", 2)
+
+
+def test_version_from_a_known_version_finds_the_latest(lake: Lake) -> None:
+    uri = lake.uris["objects"]
+    for i in range(3):
+        write_deltalake(uri, pa.table({"id": [i]}), mode="append")
+    assert lake.version_from("objects", 0) == lake.version("objects") == 2
+    assert lake.version_from("objects", 2) == 2

@@ -209,7 +209,8 @@ class FollowSession:
         self._failure: BaseException | None = None
         self._round = 0
         self._gate: int | None = None  # the held gate of round self._round (close_gate)
-        self._idle: tuple[float, dict[str, int]] | None = None  # the last empty look: when, landing versions
+        self._idle_since: float | None = None  # when the last look that found nothing was
+        self._landing: dict[str, int] = {}  # versions of the landing tables before the last look
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -231,6 +232,7 @@ class FollowSession:
                     "worker tasks only wait)"
                 )
             self.last = last
+            self._landing = {name: lake.version(name) for name in LANDING}
             view = StateView.open(lake, fallback_plan=info.plan_version)
             self.journal_version, self.state_version = view.journal_version, view.state_version
             self.tail_rows = uncompacted_rows(view)
@@ -296,10 +298,11 @@ class FollowSession:
         """Process the timestamps pending now (possibly none) with the warm workers."""
         if self._quiet():
             return RunReport(self.run_id, [], self.last)
-        landing = {name: self.lake.version(name) for name in LANDING}  # before the look, so no commit slips by
+        # Before the look, so that no commit slips by unseen.
+        self._landing = {name: self.lake.version_from(name, v) for name, v in self._landing.items()}
         with writer_lock(self.warehouse, f"follow {self.run_id}"):
             report = self._step(until, max_timestamps)
-        self._idle = None if report.timestamps or report.compacted else (time.monotonic(), landing)
+        self._idle_since = None if report.timestamps or report.compacted else time.monotonic()
         return report
 
     def _quiet(self) -> bool:
@@ -309,9 +312,9 @@ class FollowSession:
         A full look reads the pending timestamps through delta-rs: ~35 ms of CPU at |S| = 1M,
         a quarter of a core for an idle follow mode polling every 0.1 s."""
         self._check()
-        if self._idle is None or time.monotonic() - self._idle[0] > self.IDLE_RECHECK_S:
+        if self._idle_since is None or time.monotonic() - self._idle_since > self.IDLE_RECHECK_S:
             return False
-        marks = {**self._idle[1], tables.JOURNAL: self.journal_version, tables.STATE: self.state_version}
+        marks = {**self._landing, tables.JOURNAL: self.journal_version, tables.STATE: self.state_version}
         return not any(self.lake.committed_after(name, version) for name, version in marks.items())
 
     def _step(self, until: int | None, max_timestamps: int | None) -> RunReport:

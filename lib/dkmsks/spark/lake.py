@@ -205,6 +205,17 @@ class Lake:
             return self.version(name) > version
         return os.path.exists(os.path.join(uri.removeprefix("file://"), "_delta_log", f"{version + 1:020d}.json"))
 
+    def version_from(self, name: str, known: int) -> int:
+        """The latest version of table ``name``, found from a version ``known`` to exist by
+        looking for the commit files after it (:meth:`committed_after`; on an object store,
+        :meth:`version`)."""
+        uri = self.uris[name]
+        if "://" in uri and not uri.startswith("file://"):
+            return self.version(name)
+        while self.committed_after(name, known):
+            known += 1
+        return known
+
     def append(self, name: str, data: pa.Table, *, app_id: str | None = None, version: int | None = None,
                metadata: dict[str, Any] | None = None) -> bool:
         """Append ``data`` in one commit; with ``app_id``/``version``, skip (return False) a
