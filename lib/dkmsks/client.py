@@ -52,8 +52,9 @@ from dkmsks.io.formats import (
     validate_objects,
 )
 from dkmsks.spark import tables
+from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, processed_through, publish_rows
+from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, publish_rows
 from dkmsks.warehouse import Warehouse
 
 #: The landing source of subscriptions made through :meth:`Client.subscribe` / ``unsubscribe``.
@@ -115,7 +116,7 @@ class Client:
 
     def last_processed(self) -> int | None:
         """The newest processed timestamp (None before the first partitioning)."""
-        return processed_through(self.lake)
+        return last_processed(self.lake)
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe(self, id: int, x: float, y: float, keywords: str | Iterable[str], k: int,

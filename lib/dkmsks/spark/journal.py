@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.spark import driver_data, tables
-from dkmsks.spark.lake import Lake, where
+from dkmsks.spark.lake import Lake
 
 if TYPE_CHECKING:
     from dkmsks.spark.main_server import RoutedBatch
@@ -32,10 +32,16 @@ if TYPE_CHECKING:
 JOURNAL_APP = "dkmsks-journal"
 
 
-def last_processed(lake: Lake) -> int | None:
-    """The newest timestamp in the ledger (journal ledger records)."""
-    t = lake.read(tables.JOURNAL, columns=["t"], predicate=where(record__eq="ledger")).column("t")
-    return None if len(t) == 0 else int(pc.max(t).as_py())
+def last_processed(lake: Lake, version: int | None = None) -> int | None:
+    """The newest timestamp in the ledger (at journal ``version``), from the journal's Delta log.
+
+    Every journal commit carries ``txnVersion`` = the last timestamp it commits (:func:`commit`,
+    :func:`commit_first_ledger`), so this is the newest ``t`` of the ledger records without
+    opening the ledger's files, which grow by one per run: a scan of them took 133 ms of CPU at
+    ~350 runs, and publishers, readers and watchers ask often.
+    """
+    done = lake.table(tables.JOURNAL, version).transaction_version(JOURNAL_APP)
+    return None if done is None else int(done)
 
 
 def pending_timestamps(lake: Lake, after: int | None, until: int | None = None) -> list[int]:

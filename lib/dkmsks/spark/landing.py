@@ -49,7 +49,7 @@ from dkmsks.io.formats import (
     replay_liveness,
 )
 from dkmsks.spark import driver_data, tables
-from dkmsks.spark.journal import JOURNAL_APP
+from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, where
 from dkmsks.spark.writer_lock import file_lock
 from dkmsks.warehouse import Warehouse
@@ -69,18 +69,6 @@ def landing_lock(warehouse: Warehouse, who: str, *, timeout: float | None = None
     return file_lock(warehouse.landing_lock_path, who, timeout=timeout)
 
 
-def processed_through(lake: Lake, version: int | None = None) -> int | None:
-    """The last processed timestamp (at journal ``version``), from the journal's Delta log.
-
-    Every journal commit carries ``txnVersion`` = the last timestamp it commits (DESIGN §8),
-    so this is the ledger's newest ``t`` (:func:`dkmsks.spark.journal.last_processed`)
-    without scanning the ledger's files, which grow by one per run: a publisher asks on
-    every call.
-    """
-    done = lake.table(tables.JOURNAL, version).transaction_version(JOURNAL_APP)
-    return None if done is None else int(done)
-
-
 def sealed_through(warehouse: Warehouse, lake: Lake | None = None) -> int | None:
     """The newest timestamp no publisher may add rows to: the last one a run took or the
     ledger's last processed one, whichever is newer (None before the first partitioning)."""
@@ -89,7 +77,7 @@ def sealed_through(warehouse: Warehouse, lake: Lake | None = None) -> int | None
         text = warehouse.seal_path.read_text(encoding="utf-8").strip()
         if text:
             marks.append(int(text))
-    processed = processed_through(lake or Lake.of(warehouse))
+    processed = last_processed(lake or Lake.of(warehouse))
     if processed is not None:
         marks.append(processed)
     return max(marks) if marks else None
@@ -345,7 +333,7 @@ def _liveness(lake: Lake, batch: pa.Table) -> dict[int, str]:
     view = StateView.open(lake, fallback_plan=None if info is None else info.plan_version)
     live = _ints(view.read(columns=["sub_id"], sub_ids=wanted.to_pylist()).column("sub_id"))
     # Processed as of the journal version the state was read at: events after it are pending.
-    processed = processed_through(lake, view.journal_version)
+    processed = last_processed(lake, view.journal_version)
     pending = lake.read(tables.EVENTS, columns=["op", "id", "t"], predicate=where(t__gt=processed))
     pending = pending.filter(pc.is_in(pending.column("id"), value_set=wanted))
     # Landed events first within a (t, op): they happened before the batch arrived.

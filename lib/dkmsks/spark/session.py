@@ -88,8 +88,10 @@ def session_conf(
         # IDENTIFIER(:name) in DDL/DML and for values alike. Measured with Spark 4.2/Delta 4.4.
         "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
         # Delta reconstructs table state with 50 partitions by default: pure overhead for
-        # tables of a few files on a few cores.
-        "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions // 2)),
+        # tables of a few files on a few cores. One at the default 8 shuffle partitions: a SQL
+        # reader's two queries under follow mode's commits took 1.65 s p50 against 1.88 s with
+        # four (1M warehouse, 48 queries each, interleaved; docs/benchmarks.md).
+        "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions // 8)),
     }
     # Under spark-submit (PYSPARK_GATEWAY_PORT is set by its launcher) the master comes from
     # the command line; setting it here would silently override --master.
