@@ -211,3 +211,16 @@ def test_the_last_processed_timestamp_from_the_log_is_the_ledgers(warehouse):
     assert last_processed(lake) == newest_ledger_t() == 7
     before = lake.version(tables.JOURNAL) - 1
     assert last_processed(lake, version=before) == newest_ledger_t(before) == 3
+
+
+def test_the_export_defaults_to_the_ledgers_newest_timestamp_and_refuses_unprocessed_ones(warehouse):
+    from dkmsks.spark.export import resolve_as_of
+
+    lake = Lake.of(warehouse)
+    for to_t in (2, 5):
+        commit(lake, pa.table({"record": ["ledger"], "t": [to_t], "plan_version": [0], "run_id": ["r"]}), to_t)
+    newest = pc.max(lake.read(tables.JOURNAL, columns=["t"], predicate="record = 'ledger'").column("t")).as_py()
+    assert resolve_as_of(lake, None) == newest == 5
+    assert resolve_as_of(lake, 2) == 2
+    with pytest.raises(ValueError, match="timestamp 3 has not been processed; processed timestamps run from 0 to 5"):
+        resolve_as_of(lake, 3)

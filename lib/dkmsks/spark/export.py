@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from dkmsks.core.model import KnnResult, Results
 from dkmsks.spark import tables
+from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, MissingTable, where
 from dkmsks.spark.retention import ENV, describe_retention
 
@@ -80,10 +81,16 @@ def _user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
 
 def resolve_as_of(lake: Lake, as_of: int | None) -> int:
     """``as_of`` checked against the ledger (default: the last processed timestamp)."""
+    empty = "nothing processed yet: the ledger is empty (run the partition job first)"
+    if as_of is None:  # from the journal's log: no scan of the ledger's files (one per run)
+        last = last_processed(lake)
+        if last is None:
+            raise ValueError(empty)
+        return last
     done = processed_timestamps(lake)
     if not done:
-        raise ValueError("nothing processed yet: the ledger is empty (run the partition job first)")
-    t = done[-1] if as_of is None else int(as_of)
+        raise ValueError(empty)
+    t = int(as_of)
     if t not in set(done):
         raise ValueError(
             f"timestamp {t} has not been processed; processed timestamps run from {done[0]} to {done[-1]}"
@@ -126,7 +133,9 @@ def results_table_as_of(lake: Lake, as_of: int | None = None,
         state = state.filter(pc.invert(pc.is_in(state.column("sub_id"), value_set=latest.column("sub_id"))))
         live = latest.filter(pc.not_equal(latest.column("change"), "delete"))
         state = pa.concat_tables([state, live.select(["sub_id", "object_ids", "d2"]).cast(state.schema)])
-    return t, state.sort_by("sub_id").combine_chunks()
+    # Chunks first, then the sort: a take over the read's ~160 chunks was 2.2x the whole
+    # (353 vs 162 ms for 1M subscriptions, measured).
+    return t, state.combine_chunks().sort_by("sub_id")
 
 
 def _last_change_per_subscription(changes: pa.Table) -> pa.Table:
