@@ -9,7 +9,6 @@ import pytest
 from dkmsks.spark import export
 from dkmsks.spark.journal import commit
 from dkmsks.spark.lake import Lake
-
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit
