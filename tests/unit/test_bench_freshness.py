@@ -90,6 +90,32 @@ def test_the_peak_keeps_each_partys_share_and_a_party_added_later_counts(procs) 
     assert mem.sample()["b"] == 0  # exited: nothing, no error
 
 
+def test_proportional_sampling_reads_pss_when_memory_grows_and_otherwise_seldom(procs) -> None:
+    a = hold(30)
+    procs.append(a)
+    mem = TreeMemory({"a": a.pid}, interval=0.05, proportional=True, pss_every=60)
+    pss_reads = []
+    resident_only = mem.sample
+
+    def counted(proportional=None):
+        if proportional is not False:
+            pss_reads.append(time.monotonic())
+        return resident_only(proportional)
+
+    mem.sample = counted
+    mem.start()
+    time.sleep(0.6)  # flat: ~12 resident samples
+    flat = len(pss_reads)
+    b = hold(250)
+    procs.append(b)
+    mem.add("b", b.pid)
+    time.sleep(0.4)
+    peak = mem.stop()
+    assert 1 <= flat <= 3  # the first sample, and a resident high or two while a settles
+    assert len(pss_reads) > flat  # b's arrival is a new resident high
+    assert peak >= 280 * MIB and mem.at_peak["b"] >= 250 * MIB
+
+
 #: A child holding ``argv[1]`` MiB of written memory that it then forks: parent and child share the pages.
 FORKER = """
 import os, sys, time
