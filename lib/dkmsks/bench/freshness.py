@@ -57,6 +57,10 @@ TARGETS = {"publish_p50": 0.5, "fresh_p50": 1.0, "fresh_p95": 2.0, "query_p50": 
 STARTUP_TARGET_S, PEAK_TARGET_GIB = 300.0, 16.0
 #: The steps of the initial phase an earlier run measured, kept when ``--keep`` reuses its warehouse.
 INITIAL_STEPS = ("initial_phase_s", "initial_peak_gib", "initial_phase_commit")
+#: How memory was sampled (:class:`TreeMemory`): since a240a3c the PSS is read only at a new high
+#: of the resident sizes or every 5 s; runs before that read it every 0.5 s.
+GATED_SAMPLING = "resident sizes sampled every 0.5 s and the PSS at each new high of their sum or every 5 s,"
+EVERY_SAMPLING = "sampled every 0.5 s"
 
 
 # --------------------------------------------------------------------------- the SQL reader
@@ -217,6 +221,7 @@ def run(args: argparse.Namespace) -> dict:
                               stderr=subprocess.STDOUT, start_new_session=True)
     memory = TreeMemory({"publisher": os.getpid(), "follow": follow.pid}, proportional=True).start()
     rec.put("memory_measure", "pss")
+    rec.put("memory_sampling", GATED_SAMPLING)
     watch = LedgerWatch(warehouse)
     watch.start()
     reader_out = work / "reader.jsonl"
@@ -369,6 +374,7 @@ def service(d: dict) -> str:
                    if initial is not None and "initial_phase_s" in st else "")
     return "\n\n".join(["\n".join([
         prose("service", m=d["params"]["workers"], startup_s=f"{st['follow_startup_s']:,.0f}",
+              sampling=st.get("memory_sampling", EVERY_SAMPLING),
               startup_ok=_ok(st["follow_startup_s"] <= STARTUP_TARGET_S),
               startup_gib=f"{st['startup_peak_gib']:.1f}", peak_gib=f"{st['peak_gib']:.1f}",
               peak_ok=_ok(st["peak_gib"] <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper(),
