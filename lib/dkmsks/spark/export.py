@@ -35,8 +35,6 @@ from dkmsks.spark.retention import ENV, describe_retention
 _CHANGE_ORDER = {"delete": 0, "insert": 1, "update": 2}
 #: Delta operations that change no row: the version they make holds what its predecessor held.
 _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"})
-
-
 #: Up to this many subscriptions are read through a scan predicate rather than filtered after.
 PREDICATE_IDS = 1000
 
@@ -127,14 +125,14 @@ def results_table_as_of(lake: Lake, as_of: int | None = None,
         raise ValueError(beyond_horizon(lake, t, gone, checkpoints))
     # A few subscriptions (dkm results, the client) go into the scans' predicate: knn_state's
     # files are sorted by sub_id, so the Parquet statistics skip most of them.
-    few = sorted({int(s) for s in sub_ids}) if sub_ids else None
-    few = few if few is not None and len(few) <= PREDICATE_IDS else None
+    picked = None if sub_ids is None else sorted({int(s) for s in sub_ids})
+    few = picked if picked and len(picked) <= PREDICATE_IDS else None
     state = lake.read(tables.STATE, columns=["sub_id", "object_ids", "d2"], version=version,
                       predicate=where(sub_id__in=few))
     changes = lake.read(tables.JOURNAL, columns=["t", "sub_id", "change", "object_ids", "d2"],
                         predicate=where(record__eq="change", t__gt=through, t__le=t, sub_id__in=few))
-    if sub_ids is not None:
-        wanted = pa.array(sorted(set(int(s) for s in sub_ids)), type=pa.int64())
+    if picked is not None:
+        wanted = pa.array(picked, type=pa.int64())
         state = state.filter(pc.is_in(state.column("sub_id"), value_set=wanted))
         changes = changes.filter(pc.is_in(changes.column("sub_id"), value_set=wanted))
     if changes.num_rows:
