@@ -70,7 +70,7 @@ def test_the_export_applies_each_subscriptions_changes_in_protocol_order():
     timestamp, and within one timestamp deletion < insertion < update (docs/design.md §1)."""
     import pyarrow as pa
 
-    from dkmsks.spark.export import _last_change_per_subscription
+    from dkmsks.spark.export import change_kinds, last_change_rows
 
     rows = [  # (t, sub_id, change, object_ids)
         (3, 1, "update", [30]),
@@ -84,6 +84,59 @@ def test_the_export_applies_each_subscriptions_changes_in_protocol_order():
     ]
     changes = pa.table({"t": [r[0] for r in rows], "sub_id": [r[1] for r in rows],
                         "change": [r[2] for r in rows], "object_ids": [r[3] for r in rows]})
-    last = _last_change_per_subscription(changes).sort_by("sub_id").to_pylist()
+    picked = last_change_rows(changes.column("sub_id").to_numpy(), changes.column("t").to_numpy(),
+                              change_kinds(changes.column("change")))
+    last = changes.take(picked).to_pylist()
     assert [(r["sub_id"], r["t"], r["change"], r["object_ids"]) for r in last] == [
         (1, 3, "update", [30]), (2, 4, "insert", [41]), (3, 5, "delete", []), (4, 6, "update", [61])]
+
+
+def _replay(state_rows, change_rows):
+    """The expected export rows by a plain replay: each change in protocol order (timestamp,
+    then deletion < insertion < update, then as recorded) replaces or removes its row."""
+    rank = {"delete": 0, "insert": 1, "update": 2}
+    current = {r["sub_id"]: r for r in state_rows}
+    ordered = sorted(enumerate(change_rows), key=lambda ir: (ir[1]["t"], rank[ir[1]["change"]], ir[0]))
+    for _, c in ordered:
+        if c["change"] == "delete":
+            current.pop(c["sub_id"], None)
+        else:
+            current[c["sub_id"]] = {"sub_id": c["sub_id"], "object_ids": c["object_ids"], "d2": c["d2"]}
+    return [current[s] for s in sorted(current)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_exports_rows_equal_a_replay_of_the_changes_over_the_snapshot(seed):
+    """The snapshot in unsorted chunks, changes of known and new subscriptions over several
+    timestamps (deletions, re-registrations at equal t): one row per live subscription, by
+    sub_id, with what its last change says."""
+    import numpy as np
+
+    from dkmsks.spark.export import _apply_changes
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([pa.field("sub_id", pa.int64(), nullable=False),
+                        pa.field("object_ids", pa.list_(pa.int64()), nullable=False),
+                        pa.field("d2", pa.list_(pa.float64()), nullable=False)])
+    ids = rng.permutation(np.arange(0, 400, 2))  # even ids in the snapshot; odd ones are new
+    state_rows = [{"sub_id": int(s), "object_ids": [int(s) * 10], "d2": [float(s)]} for s in ids]
+    chunks = [pa.Table.from_pylist(state_rows[i:i + 37], schema=schema) for i in range(0, len(state_rows), 37)]
+    state = pa.concat_tables(chunks)
+    change_rows = []
+    for i in range(300):
+        kind = str(rng.choice(["delete", "insert", "update"]))
+        live = kind != "delete"
+        change_rows.append({"t": int(rng.integers(1, 6)), "sub_id": int(rng.integers(0, 420)), "change": kind,
+                            "object_ids": [i] if live else None, "d2": [i / 7] if live else None})
+    changes = pa.concat_tables([pa.Table.from_pylist(change_rows[:150]), pa.Table.from_pylist(change_rows[150:])])
+    got = _apply_changes(state, changes)
+    assert got.schema == schema
+    assert got.to_pylist() == _replay(state_rows, change_rows)
+    assert _apply_changes(state, changes.slice(0, 0)).to_pylist() == _replay(state_rows, [])
+
+
+def test_an_unknown_change_kind_is_an_error_naming_it():
+    from dkmsks.spark.export import change_kinds
+
+    with pytest.raises(ValueError, match="neither a delete, an insert nor an update"):
+        change_kinds(pa.array(["insert", "upsert"]))

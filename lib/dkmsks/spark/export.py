@@ -26,13 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import KnnResult, Results
+from dkmsks.core.sets import member
 from dkmsks.spark import tables
 from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, MissingTable, where
 from dkmsks.spark.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
-_CHANGE_ORDER = {"delete": 0, "insert": 1, "update": 2}
+_CHANGE_ORDER = pa.array(["delete", "insert", "update"])
+_DELETE = 0
 #: Delta operations that change no row: the version they make holds what its predecessor held.
 _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"})
 #: Up to this many subscriptions are read through a scan predicate rather than filtered after.
@@ -135,24 +137,47 @@ def results_table_as_of(lake: Lake, as_of: int | None = None,
         wanted = pa.array(picked, type=pa.int64())
         state = state.filter(pc.is_in(state.column("sub_id"), value_set=wanted))
         changes = changes.filter(pc.is_in(changes.column("sub_id"), value_set=wanted))
-    if changes.num_rows:
-        latest = _last_change_per_subscription(changes)
-        state = state.filter(pc.invert(pc.is_in(state.column("sub_id"), value_set=latest.column("sub_id"))))
-        live = latest.filter(pc.not_equal(latest.column("change"), "delete"))
-        state = pa.concat_tables([state, live.select(["sub_id", "object_ids", "d2"]).cast(state.schema)])
-    return t, state.sort_by("sub_id").combine_chunks()
+    return t, _apply_changes(state, changes)
 
 
-def _last_change_per_subscription(changes: pa.Table) -> pa.Table:
-    """Each subscription's last change in the order they apply: by timestamp, and within one
-    timestamp deletions, insertions, updates (docs/design.md §1); the result after all of
-    them is what that last change says."""
+def _apply_changes(state: pa.Table, changes: pa.Table) -> pa.Table:
+    """``state``'s rows with each changed subscription's last change applied (its new result,
+    or no row after a deletion), ordered by ``sub_id``.
+
+    The rows are chosen and ordered as numpy indices and the list columns copied once, by one
+    ``take``: filtering the state, appending the changes and sorting the table copied them three
+    times (docs/benchmarks.md, "dkm export")."""
+    state_sub = state.column("sub_id").to_numpy()
+    if changes.num_rows == 0:
+        rows = np.argsort(state_sub, kind="stable")
+        return state.take(pa.array(rows)).combine_chunks()
     sub = changes.column("sub_id").to_numpy()
-    kind = np.array([_CHANGE_ORDER[c] for c in changes.column("change").to_pylist()], dtype=np.int8)
-    order = np.lexsort((np.arange(len(sub)), kind, changes.column("t").to_numpy(), sub))
+    kind = change_kinds(changes.column("change"))
+    last = last_change_rows(sub, changes.column("t").to_numpy(), kind)
+    live = last[kind[last] != _DELETE]
+    kept = np.flatnonzero(~member(state_sub, sub[last]))
+    rows = np.concatenate([kept, state.num_rows + np.arange(live.shape[0])])
+    rows = rows[np.argsort(np.concatenate([state_sub[kept], sub[live]]), kind="stable")]
+    results = changes.take(pa.array(live)).select(["sub_id", "object_ids", "d2"]).cast(state.schema)
+    return pa.concat_tables([state, results]).take(pa.array(rows)).combine_chunks()
+
+
+def change_kinds(change: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The journal's ``change`` values as their rank within one timestamp (:data:`_CHANGE_ORDER`)."""
+    kind = pc.index_in(change, value_set=_CHANGE_ORDER)
+    if kind.null_count:
+        raise ValueError("a journal change record is neither a delete, an insert nor an update")
+    return np.asarray(kind.to_numpy())
+
+
+def last_change_rows(sub: np.ndarray, t: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Row numbers of each subscription's last change in the order changes apply, ordered by
+    ``sub``: by timestamp ``t``, within one timestamp by ``kind`` (deletions, insertions, updates:
+    docs/design.md §1), then as recorded. The result after them all is what that change says."""
+    order = np.lexsort((np.arange(len(sub)), kind, t, sub))
     last = np.ones(len(order), dtype=bool)
     last[:-1] = sub[order[1:]] != sub[order[:-1]]
-    return changes.take(pa.array(order[last]))
+    return order[last]
 
 
 def missing_history(lake: Lake, version: int) -> str | None:
