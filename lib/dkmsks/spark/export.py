@@ -29,7 +29,7 @@ from dkmsks.core.model import KnnResult, Results
 from dkmsks.core.sets import member
 from dkmsks.spark import tables
 from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import Lake, MissingTable, where
+from dkmsks.spark.lake import PREDICATE_IDS, Lake, MissingTable, where
 from dkmsks.spark.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
@@ -37,8 +37,6 @@ _CHANGE_ORDER = pa.array(["delete", "insert", "update"])
 _DELETE = 0
 #: Delta operations that change no row: the version they make holds what its predecessor held.
 _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"})
-#: Up to this many subscriptions are read through a scan predicate rather than filtered after.
-PREDICATE_IDS = 1000
 
 
 def processed_timestamps(lake: Lake) -> list[int]:
