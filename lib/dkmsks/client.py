@@ -293,7 +293,7 @@ def _raw_rows(rows: list[Mapping[str, Any] | Sequence[Any]], columns: tuple[str,
     missing timestamp."""
     out: list[RawRow | Rejection] = []
     for line, row in enumerate(rows, start=1):
-        if isinstance(row, Mapping):
+        if type(row) is dict or isinstance(row, Mapping):
             unknown = sorted(set(row) - set(columns))
             if unknown:
                 raise ValueError(f"row {line} has unknown field(s) {unknown}; the fields are {', '.join(columns)}")
@@ -319,7 +319,7 @@ def _raw_row(line: int, fields: Mapping[str, Any], columns: tuple[str, ...]) -> 
     texts = []
     for c in columns:
         value = fields.get(c)
-        if c == "keywords" and not isinstance(value, str) and isinstance(value, Iterable):
+        if c == "keywords" and (type(value) is list or not isinstance(value, str) and isinstance(value, Iterable)):
             words = [_text(w) for w in value]
             spaced = next((w for w in words if " " in w), None)
             if spaced is not None:
@@ -332,6 +332,15 @@ def _raw_row(line: int, fields: Mapping[str, Any], columns: tuple[str, ...]) -> 
 def _text(value: Any) -> str:
     """A value as the text field a file would hold: numbers written exactly, nothing coerced
     (``5.0`` as an id stays ``'5.0'``, which the integer rule refuses)."""
+    # The exact built-in types first: the abstract-class checks below cost ~1 µs each, and a
+    # burst of 100 timestamps holds ~900,000 values (measured: 1.8 of a 4.5 s publish call).
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return repr(value)
     if value is None:
         return ""
     if isinstance(value, str):

@@ -299,3 +299,21 @@ def test_ctrl_c_ends_dkm_watch_cleanly(processed):
         proc.kill()
     assert printed[-1] == "t=2 sub=102 update: 2 (2)"
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def test_values_become_the_text_a_file_would_hold():
+    """Built-in numbers take a fast path; subclasses and numpy scalars the general one: all
+    are written exactly, nothing coerced (a bool or a float id is left for the rules to refuse)."""
+    import enum
+
+    import numpy as np
+
+    from dkmsks.client import _text
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    values = [None, "café", 7, -12, 5.0, 0.1, -0.0, 1e300, float("nan"), True, Level.HIGH, np.int64(9),
+              np.float32(0.5), np.float64(2.5)]
+    assert [_text(v) for v in values] == ["", "café", "7", "-12", "5.0", "0.1", "-0.0", "1e+300", "nan", "True",
+                                         "3", "9", "0.5", "2.5"]
