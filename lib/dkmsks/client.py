@@ -333,7 +333,7 @@ def _text(value: Any) -> str:
     """A value as the text field a file would hold: numbers written exactly, nothing coerced
     (``5.0`` as an id stays ``'5.0'``, which the integer rule refuses)."""
     # The exact built-in types first: the abstract-class checks below cost ~1 µs each, and a
-    # burst of 100 timestamps holds ~900,000 values (measured: 1.8 of a 4.5 s publish call).
+    # burst of 100 timestamps holds ~900,000 values (its 100,000 objects' rows: 0.77 -> 0.55 s).
     kind = type(value)
     if kind is str:
         return value
