@@ -33,8 +33,8 @@ from dkmsks.spark.lake import PREDICATE_IDS, Lake, MissingTable, where
 from dkmsks.spark.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
-_CHANGE_ORDER = pa.array(["delete", "insert", "update"])
-_DELETE = 0
+_CHANGE_ORDER = ("delete", "insert", "update")
+_DELETE = _CHANGE_ORDER.index("delete")
 #: Delta operations that change no row: the version they make holds what its predecessor held.
 _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"})
 
@@ -144,7 +144,7 @@ def _apply_changes(state: pa.Table, changes: pa.Table) -> pa.Table:
 
     The rows are chosen and ordered as numpy indices and the list columns copied once, by one
     ``take``: filtering the state, appending the changes and sorting the table copied them three
-    times (docs/benchmarks.md, "dkm export")."""
+    times (docs/benchmarks.md, the 1M freshness run at ``df6cbd3``)."""
     state_sub = state.column("sub_id").to_numpy()
     if changes.num_rows == 0:
         rows = np.argsort(state_sub, kind="stable")
@@ -162,7 +162,7 @@ def _apply_changes(state: pa.Table, changes: pa.Table) -> pa.Table:
 
 def change_kinds(change: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The journal's ``change`` values as their rank within one timestamp (:data:`_CHANGE_ORDER`)."""
-    kind = pc.index_in(change, value_set=_CHANGE_ORDER)
+    kind = pc.index_in(change, value_set=pa.array(_CHANGE_ORDER))
     if kind.null_count:
         raise ValueError("a journal change record is neither a delete, an insert nor an update")
     return np.asarray(kind.to_numpy())
