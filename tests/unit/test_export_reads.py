@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from dkmsks.spark import export
+from dkmsks.spark import lake as lake_module
 from dkmsks.spark.journal import commit
 from dkmsks.spark.lake import Lake
 from lake_tables import partitioned_warehouse
@@ -39,10 +40,10 @@ def test_the_whole_export_applies_the_changes(lake):
     assert rows[101] == ([2], [0.5]) and rows[200] == ([1], [0.25]) and rows[100] == ([], [])
 
 
-@pytest.mark.parametrize("limit", [export.PREDICATE_IDS, 1])  # through the predicate; filtered after the read
+@pytest.mark.parametrize("limit", [lake_module.PREDICATE_IDS, 1])  # through the predicate; filtered after the read
 @pytest.mark.parametrize("picked", [[101], [102], [200, 100], [999], [104, 101, 200, 103]])
 def test_a_few_subscriptions_read_as_the_whole_export_has_them(lake, monkeypatch, picked, limit):
-    monkeypatch.setattr(export, "PREDICATE_IDS", limit)
+    monkeypatch.setattr(lake_module, "PREDICATE_IDS", limit)
     _, whole = export.results_table_as_of(lake)
     t, few = export.results_table_as_of(lake, sub_ids=picked)
     assert t == 1

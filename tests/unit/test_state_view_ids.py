@@ -53,9 +53,9 @@ def _lake(tmp_path: Path) -> Lake:
 
 @pytest.mark.parametrize("limit", [1000, 50])  # all sizes through the predicate; the larger ones filtered after
 def test_reading_a_few_ids_equals_the_whole_state_restricted_to_them(tmp_path: Path, monkeypatch, limit) -> None:
-    from dkmsks.spark import state_io
+    from dkmsks.spark import lake as lake_module
 
-    monkeypatch.setattr(state_io, "PREDICATE_IDS", limit)
+    monkeypatch.setattr(lake_module, "PREDICATE_IDS", limit)
     lake = _lake(tmp_path)
     view = StateView.open(lake)
     assert view.through_t == 5 and view.plan_version == 3

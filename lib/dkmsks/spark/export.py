@@ -29,7 +29,7 @@ from dkmsks.core.model import KnnResult, Results
 from dkmsks.core.sets import member
 from dkmsks.spark import tables
 from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import PREDICATE_IDS, Lake, MissingTable, where
+from dkmsks.spark.lake import Lake, MissingTable, where
 from dkmsks.spark.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
@@ -126,15 +126,9 @@ def results_table_as_of(lake: Lake, as_of: int | None = None,
     # A few subscriptions (dkm results, the client) go into the scans' predicate: knn_state's
     # files are sorted by sub_id, so the Parquet statistics skip most of them.
     picked = None if sub_ids is None else sorted({int(s) for s in sub_ids})
-    few = picked if picked and len(picked) <= PREDICATE_IDS else None
-    state = lake.read(tables.STATE, columns=["sub_id", "object_ids", "d2"], version=version,
-                      predicate=where(sub_id__in=few))
+    state = lake.read(tables.STATE, columns=["sub_id", "object_ids", "d2"], version=version, sub_ids=picked)
     changes = lake.read(tables.JOURNAL, columns=["t", "sub_id", "change", "object_ids", "d2"],
-                        predicate=where(record__eq="change", t__gt=through, t__le=t, sub_id__in=few))
-    if picked is not None:
-        wanted = pa.array(picked, type=pa.int64())
-        state = state.filter(pc.is_in(state.column("sub_id"), value_set=wanted))
-        changes = changes.filter(pc.is_in(changes.column("sub_id"), value_set=wanted))
+                        predicate=where(record__eq="change", t__gt=through, t__le=t), sub_ids=picked)
     return t, _apply_changes(state, changes)
 
 

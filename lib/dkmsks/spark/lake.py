@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,13 +168,24 @@ class Lake:
         return table
 
     def read(self, name: str, *, columns: list[str] | None = None, predicate: str | None = None,
-             version: int | None = None) -> pa.Table:
-        """Matching rows of ``name`` (at ``version``) as one Arrow table, unordered."""
+             version: int | None = None, sub_ids: Sequence[int] | None = None) -> pa.Table:
+        """Matching rows of ``name`` (at ``version``) as one Arrow table, unordered; with
+        ``sub_ids``, only rows whose ``sub_id`` is one of them (through the scan's predicate up
+        to :data:`PREDICATE_IDS` ids, else filtered after the read)."""
+        listed = sub_ids is not None and 0 < len(sub_ids) <= PREDICATE_IDS
+        if listed:
+            predicate = " AND ".join(p for p in (predicate, where(sub_id__in=sub_ids)) if p)
+        elif sub_ids is not None and columns is not None and "sub_id" not in columns:
+            raise ValueError(f"reading {name} for some sub_ids needs the sub_id column among {columns}")
         table = self.table(name, version)
         # Through the Arrow stream interface: pa.table() on a foreign table imports pandas
         # first, which a reader (dkm status, watch, the client) otherwise never loads.
         data = pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
-        return data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
+        data = data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
+        if sub_ids is not None and not listed:  # after the cast: Arrow's filter takes no string views
+            wanted = pa.array([int(s) for s in sub_ids], type=pa.int64())
+            data = data.filter(pc.is_in(data.column("sub_id"), value_set=wanted))
+        return data
 
     def column_bound(self, name: str, column: str, version: int | None = None) -> int | None:
         """An upper bound of integer ``column`` over the rows of ``name`` (at ``version``), None

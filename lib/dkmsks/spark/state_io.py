@@ -28,7 +28,7 @@ from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Vocabulary
 from dkmsks.core.sets import member
 from dkmsks.spark import tables
-from dkmsks.spark.lake import PREDICATE_IDS, Lake, where
+from dkmsks.spark.lake import Lake, where
 
 STATE_COLUMNS = ["plan_version", "worker", "sub_id", "x", "y", "keywords", "k", "registered_t", "weight",
                  "subset", "object_ids", "d2", "updated_t"]
@@ -65,24 +65,19 @@ class StateView:
     def read(self, columns: list[str] | None = None, worker: int | None = None,
              sub_ids: Sequence[int] | None = None) -> pa.Table:
         """Current rows (``columns`` of :data:`STATE_COLUMNS`, ``sub_id`` always included), of
-        ``worker`` and of the subscriptions ``sub_ids`` when given (both scans filtered by
-        delta-rs: a publisher asking about ~100 ids at |S| = 10M overlaid the whole tail)."""
+        ``worker`` and of the subscriptions ``sub_ids`` when given (both scans keep only their rows,
+        :meth:`Lake.read`: a publisher asking about ~100 ids at |S| = 10M overlaid the whole tail)."""
         columns = list(columns or STATE_COLUMNS)
         if "sub_id" not in columns:
             columns.append("sub_id")
-        few = sub_ids if sub_ids is not None and len(sub_ids) <= PREDICATE_IDS else None
-        snapshot = self.lake.read(tables.STATE, columns=columns, predicate=where(worker__eq=worker, sub_id__in=few),
-                                  version=self.state_version)
+        snapshot = self.lake.read(tables.STATE, columns=columns, predicate=where(worker__eq=worker),
+                                  version=self.state_version, sub_ids=sub_ids)
         tail_columns = [("t" if c == "updated_t" else c) for c in columns]
         tail = self.lake.read(
             tables.JOURNAL, columns=sorted(set(tail_columns) | {"t", "change"}), version=self.journal_version,
             predicate=where(record__eq="final", plan_version__eq=self.plan_version, t__gt=self.through_t,
-                            worker__eq=worker, sub_id__in=few),
+                            worker__eq=worker), sub_ids=sub_ids,
         )
-        if sub_ids is not None and few is None:  # too many ids for the predicate (PREDICATE_IDS)
-            wanted = pa.array(np.asarray(sub_ids, dtype=np.int64))
-            snapshot = snapshot.filter(pc.is_in(snapshot.column("sub_id"), value_set=wanted))
-            tail = tail.filter(pc.is_in(tail.column("sub_id"), value_set=wanted))
         return overlay(snapshot, tail, columns)
 
 
