@@ -1,0 +1,127 @@
+"""A worker task's output records (spark/bridge.py) against rows written out by hand.
+
+The records are kept as numpy pieces per column and made into one Arrow table at the end; the
+expectation here is the plain list of row dicts each call stands for, in call order, with
+nulls wherever a record kind has no value. Also: a keyword column re-encoded in a worker's
+own vocabulary holds each row's words, sorted by the worker's ids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dkmsks.core.knn_state import StateArrays
+from dkmsks.core.model import KeywordSets, Vocabulary
+from dkmsks.spark.bridge import OUTPUT_SCHEMA, KeywordColumn, _no_results, _Records
+
+pytestmark = pytest.mark.unit
+
+WORKER = 7
+
+
+def _row(**values):
+    return {f.name: values.get(f.name) for f in OUTPUT_SCHEMA}
+
+
+def _matrix(rng, n, width, k):
+    """A kNN matrix of ``n`` rows: some entries present, the rest padded with id -1."""
+    ids = np.full((n, width), -1, dtype=np.int64)
+    d2 = np.full((n, width), np.inf)
+    for i in range(n):
+        present = int(rng.integers(0, width + 1))
+        ids[i, :present] = rng.choice(1000, present, replace=False)
+        d2[i, :present] = np.sort(rng.random(present))
+    return ids, d2
+
+
+def _kept(ids_row, values_row, k):
+    """The first ``k`` present entries of one row (what a result holds)."""
+    return [v for j, (i, v) in enumerate(zip(ids_row.tolist(), values_row.tolist(), strict=True)) if i >= 0 and j < k]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_records_are_the_rows_of_the_calls_in_order(seed):
+    rng = np.random.default_rng(seed)
+    records, expected, seq = _Records(WORKER), [], 0
+    for t in (3, 4, 6):
+        gone = rng.choice(10_000, int(rng.integers(0, 4)), replace=False).astype(np.int64)
+        records.changes(t, "delete", gone)
+        for sid in gone.tolist():
+            seq += 1
+            expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="delete"))
+
+        new = rng.choice(10_000, int(rng.integers(0, 3)), replace=False).astype(np.int64)
+        records.changes(t, "insert", new, results=_no_results(new.shape[0]))
+        for sid in new.tolist():
+            seq += 1
+            expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="insert",
+                                 object_ids=[], d2=[]))
+
+        n = int(rng.integers(0, 6))
+        changed = rng.choice(10_000, n, replace=False).astype(np.int64)
+        k = rng.integers(1, 5, n).astype(np.int32)
+        ids, d2 = _matrix(rng, n, 5, k)
+        records.changes(t, "update", changed, results=(k, ids, d2))
+        for i, sid in enumerate(changed.tolist()):
+            seq += 1
+            expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="update",
+                                 object_ids=_kept(ids[i], ids[i], k[i]), d2=_kept(ids[i], d2[i], k[i])))
+
+        records.metric(t, subscriptions=40 + t, pairs_tested=7 * t, pairs_in_ball=t, results_changed=n,
+                       knn_ms=0.5 * t, insert_ms=0.25, delete_ms=0.125)
+        expected.append(_row(record="metric", t=t, worker=WORKER, subscriptions=40 + t, pairs_tested=7 * t,
+                             pairs_in_ball=t, results_changed=n, knn_ms=0.5 * t, insert_ms=0.25, delete_ms=0.125))
+
+    vocab = Vocabulary()
+    for word in ("tea", "bar", "cafe", "zoo", "art"):  # ids in an order that is not the words' order
+        vocab.id_of(word)
+    sets = [["zoo", "bar"], ["tea"], ["art", "cafe", "tea"]]
+    ptr = np.cumsum([0] + [len(s) for s in sets]).astype(np.int64)
+    kw = KeywordSets(ptr, np.array([vocab.id_of(w) for s in sets for w in s], dtype=np.int32))
+    k = np.array([2, 1, 3], dtype=np.int32)
+    ids, d2 = _matrix(rng, 3, 4, k)
+    final = StateArrays(np.array([11, 12, 13], np.int64), np.array([0.5, 1.5, -2.0]), np.array([3.0, 4.0, 5.0]),
+                        kw, k, np.array([0, 2, 5], np.int64), ids, d2)
+    records.finals_upsert(final, np.array([3, 4, 6], np.int64), np.array([1, 2, 3], np.int64),
+                          np.array([9, 8, 7], np.int64), np.array([0, -1, 2], np.int64), vocab.words)
+    for i in range(3):
+        expected.append(_row(record="final", t=[3, 4, 6][i], seq=i + 1, worker=WORKER, sub_id=11 + i, change="upsert",
+                             object_ids=_kept(ids[i], ids[i], k[i]), d2=_kept(ids[i], d2[i], k[i]),
+                             x=[0.5, 1.5, -2.0][i], y=[3.0, 4.0, 5.0][i], keywords=sorted(sets[i]), k=int(k[i]),
+                             registered_t=[0, 2, 5][i], weight=[9, 8, 7][i], subset=[0, -1, 2][i]))
+    records.finals_delete(np.array([21, 22], np.int64), np.array([4, 6], np.int64), np.array([5, 9], np.int64))
+    expected += [_row(record="final", t=4, seq=5, worker=WORKER, sub_id=21, change="delete"),
+                 _row(record="final", t=6, seq=9, worker=WORKER, sub_id=22, change="delete")]
+
+    table = records.table()
+    want = pa.Table.from_pylist(expected, schema=OUTPUT_SCHEMA)
+    assert table.schema.equals(OUTPUT_SCHEMA)
+    assert table.num_rows == len(expected)
+    for name in OUTPUT_SCHEMA.names:  # column by column, so that a failure names the column
+        assert table.column(name).to_pylist() == want.column(name).to_pylist(), name
+    assert all(table.column(name).num_chunks == 1 for name in OUTPUT_SCHEMA.names)
+
+
+def test_no_records_is_an_empty_table_of_the_schema():
+    table = _Records(WORKER).table()
+    assert table.num_rows == 0 and table.schema.equals(OUTPUT_SCHEMA)
+
+
+def test_a_keyword_column_in_a_worker_vocabulary_holds_each_row_sorted_by_the_worker_ids():
+    rng = np.random.default_rng(5)
+    driver_words = [f"w{i}" for i in range(300)]
+    rows = [sorted(rng.choice(300, int(rng.integers(0, 6)), replace=False).tolist()) for _ in range(500)]
+    ptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    column = KeywordColumn.from_sets(KeywordSets(ptr, np.array([i for r in rows for i in r], np.int32)), driver_words)
+
+    worker = Vocabulary()
+    for i in rng.permutation(300).tolist()[:150]:  # a worker that knew half the words, in its own order
+        worker.id_of(driver_words[i])
+    encoded = column.encode(worker)
+    assert encoded.ptr.tolist() == ptr.tolist()
+    for i, row in enumerate(rows):
+        assert encoded.ids[ptr[i]:ptr[i + 1]].tolist() == sorted(worker.lookup(driver_words[w]) for w in row)
+    picked = column.encode(worker, rows=np.array([4, 2], np.int64))
+    assert [picked.row(i).tolist() for i in range(2)] == [encoded.row(4).tolist(), encoded.row(2).tolist()]
