@@ -21,6 +21,7 @@ committed timestamp is safe.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -138,6 +139,32 @@ def build_slot(folder: Path, slots: int, poll: float = 0.05) -> Iterator[int]:
         time.sleep(poll)
 
 
+#: glibc's ``mallopt`` parameters (``malloc.h``).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: Freed memory a warm worker task keeps for its next round instead of handing it back to the
+#: system, and the largest block taken from that heap (glibc allows at most 32 MiB).
+ROUND_HEAP_KEEP, ROUND_HEAP_BLOCK = 64 << 20, 32 << 20
+
+
+def keep_freed_memory(keep: int = ROUND_HEAP_KEEP, block: int = ROUND_HEAP_BLOCK) -> bool:
+    """Let this process's allocator keep up to ``keep`` bytes of freed memory and serve blocks of
+    up to ``block`` bytes from it; whether glibc took both settings.
+
+    A warm worker allocates and frees much the same temporaries round after round, and glibc's
+    default hands large freed blocks back to the system, so each round faults them in anew: a
+    worker task applying a 100-timestamp burst at |S| = 1M, m = 20 took 40,000 page faults and
+    0.07-0.1 s of system time (the same apply in a one-off process with a used heap: ~200 faults).
+    With these settings the burst round's worker phase took 4.5-4.6 s instead of 5.0-5.1 s and
+    the worker processes' CPU 8.7 s instead of 9.8 s, for ~20 MiB more kept per worker after the
+    round. Called once the worker is built: the build's temporaries (several times what the
+    built worker keeps) have gone back by then. Elsewhere than glibc nothing changes."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, block)) and bool(mallopt(_M_TRIM_THRESHOLD, keep))
+
+
 def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
                        build_slots: int) -> Any:
     """Body of one long-running worker task (executed on an executor)."""
@@ -149,6 +176,7 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
         with build_slot(folder, build_slots):
             session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
             warm_kernels()  # ready means ready: the first round pays no compile or cache load
+        keep_freed_memory()
         _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
         while True:
