@@ -289,8 +289,10 @@ def _column(arrow_type: pa.DataType, n: int, pieces: list[tuple[int, int, Any]])
 class _Records:
     """Output records of one worker and batch, kept as numpy pieces per column and made into
     Arrow once, by :meth:`table`. A batch of 100 timestamps makes ~400 groups of records per
-    worker; an Arrow table per group (22 arrays, most of them all null) took 15 % of the
-    worker's CPU in a burst (335 against 285 ms per worker at |S| = 1M, m = 20)."""
+    worker; an Arrow table per group (22 arrays, most of them all null) took 15 % of a worker's
+    apply in one process (335 against 285 ms at |S| = 1M, m = 20). In follow's burst round it
+    made no measurable difference: there page faults set the cost (jobs/follow.py,
+    keep_freed_memory)."""
 
     def __init__(self, worker_id: int) -> None:
         self.worker_id = worker_id
