@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dkmsks.core.sets import has_duplicates, member
+from dkmsks.core.sets import SLICE_LIMIT, delete_at, has_duplicates, insert_at, member
 
 pytestmark = pytest.mark.unit
 
@@ -38,3 +38,38 @@ def test_has_duplicates() -> None:
     ids[71_234] = ids[5]
     assert has_duplicates(ids)
 
+
+
+@pytest.mark.parametrize("n_new", [0, 1, 5, SLICE_LIMIT, SLICE_LIMIT + 1, 500])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_insert_at_equals_np_insert(n_new: int, dtype: type) -> None:
+    rng = np.random.default_rng(n_new)
+    a = np.sort(rng.integers(-1_000, 1_000, 2_000)).astype(dtype)
+    # Values before the first entry, after the last, between equal entries and repeated.
+    values = np.sort(np.concatenate([rng.integers(-1_200, 1_200, max(n_new - 2, 0)), [-5_000, 5_000][:n_new]]))
+    pos = np.searchsorted(a, values)
+    got = insert_at(a, pos, values)
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got, np.insert(a, pos, values.astype(dtype)))
+    assert np.all(got[1:] >= got[:-1])
+
+
+def test_insert_at_into_an_empty_array() -> None:
+    np.testing.assert_array_equal(insert_at(np.zeros(0, np.int64), [0, 0], [3, 4]), [3, 4])
+
+
+@pytest.mark.parametrize("n_del", [0, 1, 5, SLICE_LIMIT, SLICE_LIMIT + 1, 700])
+def test_delete_at_equals_np_delete(n_del: int) -> None:
+    rng = np.random.default_rng(100 + n_del)
+    a = rng.integers(0, 10**9, 2_000)
+    pos = np.sort(rng.choice(a.shape[0], n_del, replace=False))
+    if n_del >= 2:
+        pos[0], pos[-1] = 0, a.shape[0] - 1  # the first and the last entry
+    pos = np.unique(pos)
+    np.testing.assert_array_equal(delete_at(a, pos), np.delete(a, pos))
+
+
+def test_delete_at_everything_and_adjacent_runs() -> None:
+    a = np.arange(10)
+    np.testing.assert_array_equal(delete_at(a, np.arange(10)), [])
+    np.testing.assert_array_equal(delete_at(a, [3, 4, 5, 9]), [0, 1, 2, 6, 7, 8])

@@ -177,8 +177,10 @@ class SortedProbe:
     def of(cls, qkeys: Int64Array, qowner: Int64Array) -> SortedProbe:
         """The sorted form of the probe ``(qkeys, qowner)`` (``qowner[i]`` asked for ``qkeys[i]``)."""
         # Any order of the objects within one key is fine: the merge orders accepted pairs by
-        # (d², id) and the per-object counters are sums.
-        order = np.argsort(qkeys)
+        # (d², id) and the per-object counters are sums. The stable sort is not needed for
+        # that but is faster here: the probe comes level by level, in long ascending runs
+        # (49,365 keys of one timestamp at 1M/1M: 1.5 ms against 2.0 for the default sort).
+        order = np.argsort(qkeys, kind="stable")
         keys = qkeys[order]
         starts = np.ones(keys.shape[0], dtype=np.bool_)
         starts[1:] = keys[1:] != keys[:-1]

@@ -35,7 +35,7 @@ from dkmsks.core.model import (
     Results,
     Subscriptions,
 )
-from dkmsks.core.sets import has_duplicates
+from dkmsks.core.sets import delete_at, has_duplicates, insert_at
 
 #: End of the liveness interval of a subscription that has not been deleted.
 NEVER = np.iinfo(np.int64).max
@@ -117,6 +117,8 @@ class KnnState:
         # rows as int32: a worker holds far fewer than 2^31 rows.
         self._map_ids = np.zeros(0, dtype=np.int64)
         self._map_rows = np.zeros(0, dtype=np.int32)
+        #: Rows removed with a deletion time not yet reached (``end_t`` set, not yet freed).
+        self._n_retiring = 0
         #: Largest object timestamp processed so far (frees retiring rows, see module doc).
         self.watermark = np.iinfo(np.int64).min
 
@@ -321,14 +323,18 @@ class KnnState:
             self._free_rows(rows)
         else:
             self.end_t[rows] = np.int64(t)
+            self._n_retiring += int(rows.shape[0])
         return rows
 
     def release_retired(self) -> Int64Array:
         """Free retiring rows whose deletion time the watermark has reached."""
+        if self._n_retiring == 0:  # the common case: no scan of every row after each batch
+            return np.zeros(0, dtype=np.int64)
         n = self.n_rows
         rows = np.flatnonzero(self.in_use[:n] & (self.end_t[:n] <= self.watermark))
         if rows.shape[0]:
             self._free_rows(rows)
+            self._n_retiring -= int(rows.shape[0])
         return rows
 
     def advance(self, t_max: int) -> None:
@@ -351,13 +357,14 @@ class KnnState:
         order = np.argsort(sid, kind="stable")
         sid, rows = sid[order], rows[order]
         pos = np.searchsorted(self._map_ids, sid)
-        self._map_ids = np.insert(self._map_ids, pos, sid)
-        self._map_rows = np.insert(self._map_rows, pos, rows.astype(np.int32))
+        self._map_ids = insert_at(self._map_ids, pos, sid)
+        self._map_rows = insert_at(self._map_rows, pos, rows.astype(np.int32))
 
     def _map_delete(self, sid: Int64Array) -> None:
-        pos = np.searchsorted(self._map_ids, sid)
-        self._map_ids = np.delete(self._map_ids, pos)
-        self._map_rows = np.delete(self._map_rows, pos)
+        pos = np.sort(np.searchsorted(self._map_ids, sid))
+        pos = pos[np.concatenate([[True], pos[1:] != pos[:-1]])] if pos.shape[0] > 1 else pos  # an id asked twice
+        self._map_ids = delete_at(self._map_ids, pos)
+        self._map_rows = delete_at(self._map_rows, pos)
 
     # ------------------------------------------------------------------ export / import
     def results(self) -> Results:

@@ -10,8 +10,13 @@ random ids: 20,000 in 2.7 ms (sorting: 0.6), 1,000,000 in 0.80 s (0.05), 10,000,
 
 from __future__ import annotations
 
+from typing import Any, TypeVar, cast
+
 import numpy as np
 import numpy.typing as npt
+
+#: An array type kept through :func:`insert_at` and :func:`delete_at` (same dtype in and out).
+ArrayT = TypeVar("ArrayT", bound="np.ndarray[Any, Any]")
 
 
 def member(values: npt.ArrayLike, pool: npt.ArrayLike) -> npt.NDArray[np.bool_]:
@@ -31,3 +36,45 @@ def has_duplicates(values: npt.ArrayLike) -> bool:
     ordered = np.sort(np.asarray(values).ravel())
     return bool(ordered.shape[0] > 1 and np.any(ordered[1:] == ordered[:-1]))
 
+
+
+#: Up to this many insertions or deletions, :func:`insert_at` and :func:`delete_at` copy the
+#: kept runs slice by slice; beyond it, ``np.insert`` / ``np.delete`` (whose boolean-mask copy
+#: has a fixed cost of a few tens of microseconds on a worker's 50,000-entry map, measured:
+#: 5 insertions 34 µs against 13 µs by slices, 5 deletions 29 against 14).
+SLICE_LIMIT = 32
+
+
+def insert_at(a: ArrayT, pos: npt.ArrayLike, values: npt.ArrayLike) -> ArrayT:
+    """``np.insert(a, pos, values)`` for ascending ``pos`` (as ``np.searchsorted`` of ascending
+    values gives): a new array with ``values[j]`` placed before ``a[pos[j]]``."""
+    pos = np.asarray(pos, dtype=np.int64)
+    values = np.asarray(values, dtype=a.dtype)
+    n = pos.shape[0]
+    if n > SLICE_LIMIT:
+        return cast(ArrayT, np.insert(a, pos, values))
+    out = cast(ArrayT, np.empty(a.shape[0] + n, dtype=a.dtype))
+    prev = 0
+    for j, p in enumerate(pos.tolist()):
+        out[prev + j : p + j] = a[prev:p]
+        out[p + j] = values[j]
+        prev = p
+    out[prev + n :] = a[prev:]
+    return out
+
+
+def delete_at(a: ArrayT, pos: npt.ArrayLike) -> ArrayT:
+    """``np.delete(a, pos)`` for ascending, distinct ``pos``: a new array without ``a[pos]``."""
+    pos = np.asarray(pos, dtype=np.int64)
+    n = pos.shape[0]
+    if n > SLICE_LIMIT:
+        return cast(ArrayT, np.delete(a, pos))
+    out = cast(ArrayT, np.empty(a.shape[0] - n, dtype=a.dtype))
+    prev = 0
+    at = 0
+    for p in pos.tolist():
+        out[at : at + p - prev] = a[prev:p]
+        at += p - prev
+        prev = p + 1
+    out[at:] = a[prev:]
+    return out

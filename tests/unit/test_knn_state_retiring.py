@@ -1,0 +1,53 @@
+"""KnnState: rows deleted inside a batch (a deletion time ahead of the watermark) retire when
+the watermark reaches it, and only then; removals without a time free their rows at once and
+leave nothing for release_retired to find (it then skips its scan of every row)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dkmsks.core.knn_state import NEVER, KnnState
+from dkmsks.core.model import KeywordSets, Subscriptions
+
+pytestmark = pytest.mark.unit
+
+
+def _subs(ids: list[int]) -> Subscriptions:
+    n = len(ids)
+    return Subscriptions(np.array(ids, dtype=np.int64), np.zeros(n), np.zeros(n),
+                         KeywordSets.from_lists([[1]] * n), np.ones(n, dtype=np.int32), np.zeros(n, dtype=np.int64))
+
+
+def test_retiring_rows_are_freed_when_the_watermark_reaches_their_time() -> None:
+    state = KnnState()
+    rows = state.add(_subs([10, 11, 12, 13, 14]))
+    state.advance(3)
+    assert state.release_retired().shape[0] == 0
+    gone_now = state.remove([10])  # no time: freed at once
+    retiring = state.remove([12, 13], t=6)
+    late = state.remove([14], t=8)
+    assert not state.in_use[gone_now].any()
+    assert state.in_use[retiring].all() and np.all(state.end_t[retiring] == 6)
+    assert len(state) == 1 and state.contains([12, 13, 14]).tolist() == [False, False, False]
+    state.advance(5)
+    assert state.release_retired().shape[0] == 0 and state.in_use[retiring].all()
+    state.advance(6)
+    np.testing.assert_array_equal(np.sort(state.release_retired()), np.sort(retiring))
+    assert not state.in_use[retiring].any() and np.all(state.end_t[retiring] == NEVER)
+    assert state.release_retired().shape[0] == 0 and state.in_use[late].all()
+    state.advance(9)
+    np.testing.assert_array_equal(state.release_retired(), late)
+    assert state.release_retired().shape[0] == 0
+    # A freed row is reused, and the live one never retired.
+    again = state.add(_subs([12, 13]))
+    assert set(again.tolist()) <= set(rows.tolist()) and state.in_use[rows[1]]
+
+
+def test_a_deletion_at_or_before_the_watermark_frees_at_once() -> None:
+    state = KnnState()
+    state.add(_subs([1, 2]))
+    state.advance(4)
+    rows = state.remove([1], t=4)
+    assert not state.in_use[rows].any()
+    assert state.release_retired().shape[0] == 0
