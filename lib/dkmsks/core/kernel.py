@@ -52,6 +52,54 @@ except ImportError:  # pragma: no cover - exercised only on a machine without nu
         return fn
 
 
+_prefetch: Any
+if HAVE_NUMBA:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    def _prefetch_typed(typingctx: Any, array: Any, index: Any) -> Any:  # noqa: ARG001 - numba's signature
+        """Ask for the cache line of ``array[index]`` (LLVM's prefetch: read, keep in every level).
+
+        Nothing is loaded into a register and no fault is raised, so the index need not be in
+        bounds; the kernel's loop then finds the line in cache instead of waiting for memory.
+        On a machine where 20 workers' indexes do not fit in cache, that wait is most of a
+        lookup (docs/benchmarks.md, "The lookup kernel's memory waits")."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        sig = types.void(array, index)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            array_type, index_type = signature.args
+            view = context.make_array(array_type)(context, builder, args[0])
+            at = context.cast(builder, args[1], index_type, types.intp)
+            byte = ir.IntType(8).as_pointer()
+            # No bounds check: an address past the end is only a hint (see above).
+            address = builder.bitcast(cgutils.get_item_pointer(context, builder, array_type, view, [at]), byte)
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+                                                "llvm.prefetch.p0")
+            builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _prefetch = intrinsic(_prefetch_typed)
+else:  # pragma: no cover - the numpy path never calls the kernels
+
+    def _no_prefetch(array: Any, index: Any) -> None:  # noqa: ARG001
+        return None
+
+    _prefetch = _no_prefetch
+
+
+#: How many probe keys ahead :func:`_lookup` asks for their filter bytes, and up to how many
+#: keys in one call it does (beyond, the filter is taken to be in cache: measured at 1M/1M,
+#: one timestamp's 29,826 keys gain, a 40-timestamp batch's 1.9 million keys lose ~5 %).
+_AHEAD = 32
+_COLD_FILTER_KEYS = 1 << 17
+
+
 def kernel_name(requested: str | None = None) -> str:
     """The kernel to use: ``requested``, else ``numba`` when it imports, else ``numpy``."""
     name = (requested or ("numba" if HAVE_NUMBA else "numpy")).lower()
@@ -86,75 +134,6 @@ def _grow(a: Any, n: int) -> Any:
     out = np.empty(max(2 * a.shape[0], n, 64), dtype=a.dtype)
     out[: a.shape[0]] = a
     return out
-
-
-@_jit
-def _lookup_accept(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001
-                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
-    n_obj = o_ids.shape[0]
-    tested = np.zeros(n_obj, dtype=np.int64)
-    cap = 1024
-    a_row = np.empty(cap, dtype=np.int64)
-    a_oid = np.empty(cap, dtype=np.int64)
-    a_d2 = np.empty(cap, dtype=np.float64)
-    a_ot = np.empty(cap, dtype=np.int64)
-    n = 0
-    n_keys = keys.shape[0]
-    n_dkeys = dkeys.shape[0]
-    for q in range(qkeys.shape[0]):
-        key = qkeys[q]
-        # Most probe keys have no posting: the filter drops them before any search.
-        if not _filtered(present, key):
-            continue
-        obj = qowner[q]
-        ot = o_t[obj]
-        ox = o_x[obj]
-        oy = o_y[obj]
-        oid = o_ids[obj]
-        for part in range(2):
-            # The main part, then the delta: a key's entries are the run of its equal keys. (Two
-            # explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
-            if part == 0:
-                lo = np.searchsorted(keys, key)
-                hi = lo
-                while hi < n_keys and keys[hi] == key:
-                    hi += 1
-            else:
-                lo = np.searchsorted(dkeys, key)
-                hi = lo
-                while hi < n_dkeys and dkeys[hi] == key:
-                    hi += 1
-            for e in range(lo, hi):
-                if part == 0:
-                    row = prow[e]
-                    # A main entry's epoch is its row's at the last rebuild (Postings.row_epochs).
-                    if prow_epoch[row] != epoch[row]:
-                        continue
-                else:
-                    row = drow[e]
-                    if dep[e] != epoch[row]:
-                        continue
-                tested[obj] += 1
-                if not (s_t[row] <= ot and ot < s_end[row]):
-                    continue
-                dx = ox - s_x[row]
-                dy = oy - s_y[row]
-                d2 = dx * dx + dy * dy
-                kk = s_k[row] - 1
-                kid = s_ids[row, kk]
-                kd2 = s_d2[row, kk]
-                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
-                    if n == a_row.shape[0]:
-                        a_row = _grow(a_row, n + 1)
-                        a_oid = _grow(a_oid, n + 1)
-                        a_d2 = _grow(a_d2, n + 1)
-                        a_ot = _grow(a_ot, n + 1)
-                    a_row[n] = row
-                    a_oid[n] = oid
-                    a_d2[n] = d2
-                    a_ot[n] = ot
-                    n += 1
-    return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
 
 
 @dataclass(frozen=True)
@@ -220,82 +199,150 @@ def _gallop(keys: Any, lo: int, key: Any) -> int:
     return lo + 1 + np.searchsorted(keys[lo + 1:hi], key)
 
 
-# The exact test and the append below are written out again, as in _lookup_accept: moved into a
-# shared jitted function, both lookups ran slower (measured on the 1M/1M engine's 20 workers:
-# plain 34 -> 39 ms, sorted 23 -> 31 ms per timestamp).
+#: Probe keys looked up per round of :func:`_lookup`: the cache lines a round prefetches
+#: (filter bytes, postings blocks, the state of every entry met) stay in a core's L2 until used.
+_ROUND = 4096
+#: One fence key per this many main postings (:attr:`~dkmsks.core.worker_index.Postings.fences`).
+FENCE_STRIDE = 32
+
+
 @_jit
-def _lookup_sorted(ukeys, uptr, uowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001, C901
-                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
+def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_epoch,  # noqa: ANN001, C901, PLR0912, PLR0915
+            dkeys, drow, dep, epoch, s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
+    # The objects of probe key u are uowner[uptr[u]:uptr[u + 1]] (a SortedProbe), or, with an
+    # empty uptr, just uowner[u] (a plain probe). ``ascending``: the keys are sorted, so every
+    # search can go on from the previous key's position.
     n_obj = o_ids.shape[0]
     tested = np.zeros(n_obj, dtype=np.int64)
+    csr = uptr.shape[0] > 0
+    # A few probe keys per filter cache line find the filter cold (one timestamp of one worker
+    # among many); a batch's millions of keys keep it warm, and asking ahead only costs there.
+    cold_filter = ukeys.shape[0] <= _COLD_FILTER_KEYS
+    n_u = ukeys.shape[0]
+    n_keys = keys.shape[0]
+    n_dkeys = dkeys.shape[0]
+    width = s_ids.shape[1]
+    flat_ids = s_ids.reshape(-1)
+    flat_d2 = s_d2.reshape(-1)
     cap = 1024
     a_row = np.empty(cap, dtype=np.int64)
     a_oid = np.empty(cap, dtype=np.int64)
     a_d2 = np.empty(cap, dtype=np.float64)
     a_ot = np.empty(cap, dtype=np.int64)
     n = 0
-    n_keys = keys.shape[0]
-    n_dkeys = dkeys.shape[0]
-    at = 0  # forward cursors: the probe keys ascend
+    passed = np.empty(min(n_u, _ROUND), dtype=np.int64)
+    block = np.empty(min(n_u, _ROUND), dtype=np.int64)
+    e_key = np.empty(256, dtype=np.int64)  # the probe key of each entry met, and its row
+    e_row = np.empty(256, dtype=np.int64)  # (a delta entry's row as -row - 1: epoch already checked)
+    f = 0  # forward cursors (ascending keys only)
     dat = 0
-    for u in range(ukeys.shape[0]):
-        key = ukeys[u]
-        if not _filtered(present, key):
-            continue
-        for part in range(2):
-            # A key's entries are the run of its equal keys, in the main part and the delta.
-            if part == 0:
-                at = _gallop(keys, at, key)
-                lo = at
-                hi = lo
-                while hi < n_keys and keys[hi] == key:
-                    hi += 1
-            else:
-                dat = _gallop(dkeys, dat, key)
-                lo = dat
-                hi = lo
-                while hi < n_dkeys and dkeys[hi] == key:
-                    hi += 1
-            if hi == lo:
-                continue
-            for j in range(uptr[u], uptr[u + 1]):
-                obj = uowner[j]
-                ot = o_t[obj]
-                ox = o_x[obj]
-                oy = o_y[obj]
-                oid = o_ids[obj]
+    for r0 in range(0, n_u, _ROUND):
+        r1 = min(r0 + _ROUND, n_u)
+        # 1. The filter, its bytes asked for a few dozen keys ahead: most keys stop here.
+        n_pass = 0
+        for c0 in range(r0, r1 + _AHEAD, _AHEAD):
+            if cold_filter:
+                for u in range(c0, min(c0 + _AHEAD, r1)):
+                    h = np.uint64(ukeys[u])
+                    _prefetch(present, ((h * FILTER_MUL1) >> _FILTER_SHIFT) >> np.uint64(3))
+                    _prefetch(present, ((h * FILTER_MUL2) >> _FILTER_SHIFT) >> np.uint64(3))
+            for u in range(max(c0 - _AHEAD, r0), min(c0, r1)):
+                if _filtered(present, ukeys[u]):
+                    passed[n_pass] = u
+                    n_pass += 1
+        # 2. Each passing key's block of the main postings from the fences (a small array that
+        # stays cached), and the block asked for: the blocks of all keys load at once.
+        for j in range(n_pass):
+            key = ukeys[passed[j]]
+            f = _gallop(fences, f, key) if ascending else np.searchsorted(fences, key)
+            b = (f - 1) * FENCE_STRIDE if f > 0 else 0
+            block[j] = b
+            if b < n_keys:
+                _prefetch(keys, b)
+                _prefetch(keys, min(b + FENCE_STRIDE, n_keys - 1))
+                _prefetch(prow, b)
+        # 3. The entries of each key: the run of its equal keys in the main part (it starts in
+        # (b, b + FENCE_STRIDE]: keys[b] < key <= the next fence, or at 0) and in the sorted delta.
+        n_e = 0
+        for j in range(n_pass):
+            u = passed[j]
+            key = ukeys[u]
+            lo = block[j]
+            end = min(lo + FENCE_STRIDE, n_keys)
+            while lo < end and keys[lo] < key:
+                lo += 1
+            for part in range(2):
+                if part == 0:
+                    hi = lo
+                    while hi < n_keys and keys[hi] == key:
+                        hi += 1
+                else:
+                    if ascending:
+                        dat = _gallop(dkeys, dat, key)
+                        lo = dat
+                    else:
+                        lo = np.searchsorted(dkeys, key)
+                    hi = lo
+                    while hi < n_dkeys and dkeys[hi] == key:
+                        hi += 1
                 for e in range(lo, hi):
                     if part == 0:
-                        # A main entry's epoch is its row's at the last rebuild.
-                        row = prow[e]
-                        if prow_epoch[row] != epoch[row]:
-                            continue
+                        row = np.int64(prow[e])
+                        _prefetch(prow_epoch, row)
+                        _prefetch(epoch, row)
+                        code = row
                     else:
-                        row = drow[e]
+                        row = np.int64(drow[e])
                         if dep[e] != epoch[row]:
                             continue
-                    tested[obj] += 1
-                    if not (s_t[row] <= ot and ot < s_end[row]):
-                        continue
-                    dx = ox - s_x[row]
-                    dy = oy - s_y[row]
-                    d2 = dx * dx + dy * dy
-                    kk = s_k[row] - 1
-                    kid = s_ids[row, kk]
-                    kd2 = s_d2[row, kk]
-                    if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
-                        if n == a_row.shape[0]:
-                            a_row = _grow(a_row, n + 1)
-                            a_oid = _grow(a_oid, n + 1)
-                            a_d2 = _grow(a_d2, n + 1)
-                            a_ot = _grow(a_ot, n + 1)
-                        a_row[n] = row
-                        a_oid[n] = oid
-                        a_d2[n] = d2
-                        a_ot[n] = ot
-                        n += 1
+                        code = -row - 1
+                    if n_e == e_key.shape[0]:
+                        e_key = _grow(e_key, n_e + 1)
+                        e_row = _grow(e_row, n_e + 1)
+                    e_key[n_e] = u
+                    e_row[n_e] = code
+                    n_e += 1
+                    _prefetch(s_t, row)
+                    _prefetch(s_end, row)
+                    _prefetch(s_x, row)
+                    _prefetch(s_y, row)
+                    _prefetch(s_k, row)
+                    _prefetch(flat_ids, row * width + width - 1)
+                    _prefetch(flat_d2, row * width + width - 1)
+        # 4. The exact test of every live entry against each object that asked for its key.
+        for i in range(n_e):
+            row = e_row[i]
+            if row < 0:
+                row = -row - 1
+            elif prow_epoch[row] != epoch[row]:
+                continue  # stale: a main entry's epoch is its row's at the last rebuild
+            u = e_key[i]
+            j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
+            for j in range(j0, j1):
+                obj = uowner[j]
+                ot = o_t[obj]
+                tested[obj] += 1
+                if not (s_t[row] <= ot and ot < s_end[row]):
+                    continue
+                dx = o_x[obj] - s_x[row]
+                dy = o_y[obj] - s_y[row]
+                d2 = dx * dx + dy * dy
+                kk = s_k[row] - 1
+                kid = s_ids[row, kk]
+                kd2 = s_d2[row, kk]
+                oid = o_ids[obj]
+                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+                    if n == a_row.shape[0]:
+                        a_row = _grow(a_row, n + 1)
+                        a_oid = _grow(a_oid, n + 1)
+                        a_d2 = _grow(a_d2, n + 1)
+                        a_ot = _grow(a_ot, n + 1)
+                    a_row[n] = row
+                    a_oid[n] = oid
+                    a_d2[n] = d2
+                    a_ot[n] = ot
+                    n += 1
     return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
-
 
 def lookup_accept(
     qkeys: Int64Array, qowner: Int64Array, postings: Any, epoch: Any, state: Any, objects: Any
@@ -304,29 +351,34 @@ def lookup_accept(
 
     ``qowner[i]`` is the object (index into ``objects``) that asked for ``qkeys[i]``.
     Returns the accepted ``(row, object id, d², object t)`` (not deduplicated: a pair found
-    through ``j`` shared keywords appears ``j`` times, as in the reference) and, per object, the
-    number of live index entries its keys met (the ``pairs_tested`` counter).
+    through ``j`` shared keywords appears ``j`` times, as in the reference; in no particular
+    order) and, per object, the number of live index entries its keys met (the
+    ``pairs_tested`` counter).
     """
-    dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
-    n = state.n_rows
-    return _lookup_accept(
-        qkeys, qowner, postings._present, postings.keys, postings.rows, postings.row_epochs,  # noqa: SLF001
-        dk, dr, de, epoch,
-        state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
-        objects.t, objects.x, objects.y, objects.ids,
-    )
+    return _lookup_with(np.asarray(qkeys, dtype=np.int64), _NO_PTR, np.asarray(qowner, dtype=np.int64), False,
+                        postings, epoch, state, objects)
 
 
 def lookup_accept_sorted(
     probe: SortedProbe, postings: Any, epoch: Any, state: Any, objects: Any
 ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
-    """:func:`lookup_accept` of a :class:`SortedProbe`: the same accepted pairs (in another
-    order, which no caller depends on) and the same per-object counts."""
+    """:func:`lookup_accept` of a :class:`SortedProbe`: the same accepted pairs and the same
+    per-object counts."""
+    return _lookup_with(probe.keys, probe.ptr, probe.owners, True, postings, epoch, state, objects)
+
+
+_NO_PTR = np.zeros(0, dtype=np.int64)
+
+
+def _lookup_with(
+    ukeys: Int64Array, uptr: Int64Array, uowner: Int64Array, ascending: bool, postings: Any, epoch: Any,
+    state: Any, objects: Any,
+) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
     dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
     n = state.n_rows
-    return _lookup_sorted(
-        probe.keys, probe.ptr, probe.owners,
-        postings._present, postings.keys, postings.rows, postings.row_epochs,  # noqa: SLF001
+    return _lookup(
+        ukeys, uptr, uowner, ascending,
+        postings._present, postings.keys, postings.fences, postings.rows, postings.row_epochs,  # noqa: SLF001
         dk, dr, de, epoch,
         state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
         objects.t, objects.x, objects.y, objects.ids,

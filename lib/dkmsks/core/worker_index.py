@@ -161,6 +161,9 @@ class Postings:
         self.keys = np.zeros(0, dtype=np.int64)  # ascending, one per entry
         self.rows = np.zeros(0, dtype=np.int32)
         self.row_epochs = np.zeros(0, dtype=np.int32)  # each row's epoch at the last rebuild
+        #: Every FENCE_STRIDE-th main key (kernel.FENCE_STRIDE): the compiled lookup finds a
+        #: key's block in this small array and reads one block of the large one.
+        self.fences = np.zeros(0, dtype=np.int64)
         self._dk: list[Int64Array] = []
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
@@ -217,6 +220,7 @@ class Postings:
         # merged by (row, d², id)), so the faster unstable sort is fine.
         order = np.argsort(keys)
         self.keys, self.rows = keys[order], rows[order]
+        self.fences = self.keys[:: kernel.FENCE_STRIDE].copy()
         self.row_epochs = current_epoch.copy()
         del keys, rows, order
         self._dk, self._dr, self._de, self._delta = [], [], [], None
