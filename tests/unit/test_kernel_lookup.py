@@ -2,8 +2,9 @@
 plain Python walk of the same postings, on postings built to hit its edges: runs of one key
 longer than a fence block and crossing block boundaries, keys before the first and after the
 last fence, stale main and delta entries, an empty main part, probes longer than one round
-(and not a multiple of the filter's look-ahead), and probes long enough that the filter is
-taken to be cached (no look-ahead at all)."""
+(and not a multiple of the filter's look-ahead), probes long enough that the filter is taken
+to be cached (no look-ahead at all), and a key with more entries than the lookup holds
+before testing them (KOP's keyword postings are like that)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,29 @@ def test_fences_are_every_stride_th_main_key() -> None:
     assert p.fences.shape[0] == 0
     p.rebuild(np.zeros(1, dtype=np.int32))
     np.testing.assert_array_equal(p.fences, np.sort(keys)[:: kernel.FENCE_STRIDE])
+
+
+@pytest.mark.parametrize("sorted_probe", [False, True])
+def test_a_key_with_many_entries_asked_by_many_objects(sorted_probe: bool) -> None:
+    rng = np.random.default_rng(9)
+    n_rows, n_obj = 400, 300
+    state = _state(rng, n_rows)
+    epoch = np.zeros(n_rows, dtype=np.int32)
+    p = Postings()
+    hot = 3 * 77
+    keys = np.concatenate([np.full(1_500, hot), rng.integers(0, 500, 700) * 3]).astype(np.int64)
+    p.insert(keys, rng.integers(0, n_rows, keys.shape[0]), np.zeros(keys.shape[0], dtype=np.int32))
+    p.rebuild(epoch)
+    p.insert(np.full(600, hot, dtype=np.int64), rng.integers(0, n_rows, 600), np.zeros(600, dtype=np.int32))
+    objects = Objects(np.arange(n_obj, dtype=np.int64) * 5 + 3, rng.random(n_obj), rng.random(n_obj),
+                      KeywordSets.from_lists([[0]] * n_obj), rng.integers(0, 6, n_obj))
+    qkeys = np.concatenate([np.full(900, hot), rng.integers(0, 1_600, 2_000)]).astype(np.int64)
+    qowner = rng.integers(0, n_obj, qkeys.shape[0])
+    want = _expected(qkeys, qowner, p, epoch, state, objects)
+    assert want[1].sum() > 900 * 2_000  # far more entries met than one batch of held entries
+    if sorted_probe:
+        got = _got(kernel.lookup_accept_sorted(kernel.SortedProbe.of(qkeys, qowner), p, epoch, state, objects))
+    else:
+        got = _got(kernel.lookup_accept(qkeys, qowner, p, epoch, state, objects))
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1], want[1])

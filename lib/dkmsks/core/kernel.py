@@ -202,8 +202,52 @@ def _gallop(keys: Any, lo: int, key: Any) -> int:
 #: Probe keys looked up per round of :func:`_lookup`: the cache lines a round prefetches
 #: (filter bytes, postings blocks, the state of every entry met) stay in a core's L2 until used.
 _ROUND = 4096
+#: Entries :func:`_lookup` holds (their state asked for) before it tests them: ~9 cache lines
+#: each, so that the lines asked for are still in a core's L2 when read.
+_HELD = 1024
 #: One fence key per this many main postings (:attr:`~dkmsks.core.worker_index.Postings.fences`).
 FENCE_STRIDE = 32
+
+
+@_jit
+def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k,  # noqa: ANN001, ANN202, PLR0913
+                  s_ids, s_d2, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n):
+    """The exact test of :func:`_lookup`'s held entries against each object that asked for their
+    key; accepted pairs are appended to ``a_*`` from position ``n`` (returned grown, with the
+    new ``n``), each live entry met counts in ``tested``."""
+    for i in range(n_e):
+        row = e_row[i]
+        if row < 0:
+            row = -row - 1
+        elif prow_epoch[row] != epoch[row]:
+            continue  # stale: a main entry's epoch is its row's at the last rebuild
+        u = e_key[i]
+        j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
+        for j in range(j0, j1):
+            obj = uowner[j]
+            ot = o_t[obj]
+            tested[obj] += 1
+            if not (s_t[row] <= ot and ot < s_end[row]):
+                continue
+            dx = o_x[obj] - s_x[row]
+            dy = o_y[obj] - s_y[row]
+            d2 = dx * dx + dy * dy
+            kk = s_k[row] - 1
+            kid = s_ids[row, kk]
+            kd2 = s_d2[row, kk]
+            oid = o_ids[obj]
+            if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+                if n == a_row.shape[0]:
+                    a_row = _grow(a_row, n + 1)
+                    a_oid = _grow(a_oid, n + 1)
+                    a_d2 = _grow(a_d2, n + 1)
+                    a_ot = _grow(a_ot, n + 1)
+                a_row[n] = row
+                a_oid[n] = oid
+                a_d2[n] = d2
+                a_ot[n] = ot
+                n += 1
+    return a_row, a_oid, a_d2, a_ot, n
 
 
 @_jit
@@ -232,8 +276,11 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
     n = 0
     passed = np.empty(min(n_u, _ROUND), dtype=np.int64)
     block = np.empty(min(n_u, _ROUND), dtype=np.int64)
-    e_key = np.empty(256, dtype=np.int64)  # the probe key of each entry met, and its row
-    e_row = np.empty(256, dtype=np.int64)  # (a delta entry's row as -row - 1: epoch already checked)
+    # The entries met and not yet tested: the probe key of each and its row (a delta entry's row
+    # as -row - 1: its epoch is checked already). Bounded: a key can have thousands of entries
+    # (KOP's keyword postings, the top cell's unbounded balls), each asked for by many objects.
+    e_key = np.empty(_HELD, dtype=np.int64)
+    e_row = np.empty(_HELD, dtype=np.int64)
     f = 0  # forward cursors (ascending keys only)
     dat = 0
     for r0 in range(0, n_u, _ROUND):
@@ -296,9 +343,11 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
                         if dep[e] != epoch[row]:
                             continue
                         code = -row - 1
-                    if n_e == e_key.shape[0]:
-                        e_key = _grow(e_key, n_e + 1)
-                        e_row = _grow(e_row, n_e + 1)
+                    if n_e == _HELD:
+                        a_row, a_oid, a_d2, a_ot, n = _test_entries(
+                            e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k,
+                            s_ids, s_d2, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
+                        n_e = 0
                     e_key[n_e] = u
                     e_row[n_e] = code
                     n_e += 1
@@ -309,40 +358,12 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
                     _prefetch(s_k, row)
                     _prefetch(flat_ids, row * width + width - 1)
                     _prefetch(flat_d2, row * width + width - 1)
-        # 4. The exact test of every live entry against each object that asked for its key.
-        for i in range(n_e):
-            row = e_row[i]
-            if row < 0:
-                row = -row - 1
-            elif prow_epoch[row] != epoch[row]:
-                continue  # stale: a main entry's epoch is its row's at the last rebuild
-            u = e_key[i]
-            j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
-            for j in range(j0, j1):
-                obj = uowner[j]
-                ot = o_t[obj]
-                tested[obj] += 1
-                if not (s_t[row] <= ot and ot < s_end[row]):
-                    continue
-                dx = o_x[obj] - s_x[row]
-                dy = o_y[obj] - s_y[row]
-                d2 = dx * dx + dy * dy
-                kk = s_k[row] - 1
-                kid = s_ids[row, kk]
-                kd2 = s_d2[row, kk]
-                oid = o_ids[obj]
-                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
-                    if n == a_row.shape[0]:
-                        a_row = _grow(a_row, n + 1)
-                        a_oid = _grow(a_oid, n + 1)
-                        a_d2 = _grow(a_d2, n + 1)
-                        a_ot = _grow(a_ot, n + 1)
-                    a_row[n] = row
-                    a_oid[n] = oid
-                    a_d2[n] = d2
-                    a_ot[n] = ot
-                    n += 1
+        # 4. The exact tests of the entries still held.
+        a_row, a_oid, a_d2, a_ot, n = _test_entries(
+            e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k, s_ids, s_d2,
+            o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
     return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+
 
 def lookup_accept(
     qkeys: Int64Array, qowner: Int64Array, postings: Any, epoch: Any, state: Any, objects: Any
