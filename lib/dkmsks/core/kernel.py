@@ -8,8 +8,10 @@ below do the same work in one compiled loop each:
 
 - :func:`lookup_accept` — steps 1–3 of :mod:`dkmsks.core.update`: every probe key is looked up
   in the postings (sorted main part and sorted delta), stale entries are skipped by epoch, and
-  each live entry is tested exactly (liveness interval, ``d²``, the k-th result) at once, so
-  no candidate pair is ever materialised;
+  each live entry is tested exactly (liveness interval, ``d²``, the k-th result), so no
+  candidate pair is ever materialised. It works in rounds of probe keys and asks for the
+  cache lines a round will read before reading them (:func:`_lookup`): at the paper's scale a
+  lookup mostly waits for memory;
 - :func:`merge_accepted` — step 4: per row, the accepted objects (deduplicated, the ones
   already in the result ignored) are merged with the current result by ``(d², id)``;
 - :func:`grid_entries`, :func:`grid_probe` — the DkM-SKS grid's postings of a ball and an
