@@ -37,7 +37,6 @@ def has_duplicates(values: npt.ArrayLike) -> bool:
     return bool(ordered.shape[0] > 1 and np.any(ordered[1:] == ordered[:-1]))
 
 
-
 #: Up to this many insertions or deletions, :func:`insert_at` and :func:`delete_at` copy the
 #: kept runs slice by slice; beyond it, ``np.insert`` / ``np.delete`` (whose boolean-mask copy
 #: has a fixed cost of a few tens of microseconds on a worker's 50,000-entry map, measured:
