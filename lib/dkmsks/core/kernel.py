@@ -98,8 +98,9 @@ else:  # pragma: no cover - the numpy path never calls the kernels
 #: How many probe keys ahead :func:`_lookup` asks for their filter bytes, and up to how many
 #: keys in one call it does (beyond, the filter is taken to be in cache: measured at 1M/1M,
 #: one timestamp's 29,826 keys gain, a 40-timestamp batch's 1.9 million keys lose ~5 %).
+#: A plain probe of more keys than this is looked up by :func:`_lookup_warm` instead.
 _AHEAD = 32
-_COLD_FILTER_KEYS = 1 << 17
+_COLD_KEYS = 1 << 17
 
 
 def kernel_name(requested: str | None = None) -> str:
@@ -211,6 +212,78 @@ _HELD = 1024
 FENCE_STRIDE = 32
 
 
+# A batch's plain probe (millions of keys: a Spark task's catch-up) keeps the worker's index in
+# cache; there the rounds of _lookup only cost (follow's 100-timestamp burst at 1M: workers
+# phase ~5 % slower), so such calls search and test key by key, as before the rounds.
+@_jit
+def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001
+                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, o_t, o_x, o_y, o_ids):
+    n_obj = o_ids.shape[0]
+    tested = np.zeros(n_obj, dtype=np.int64)
+    cap = 1024
+    a_row = np.empty(cap, dtype=np.int64)
+    a_oid = np.empty(cap, dtype=np.int64)
+    a_d2 = np.empty(cap, dtype=np.float64)
+    a_ot = np.empty(cap, dtype=np.int64)
+    n = 0
+    n_keys = keys.shape[0]
+    n_dkeys = dkeys.shape[0]
+    for q in range(qkeys.shape[0]):
+        key = qkeys[q]
+        # Most probe keys have no posting: the filter drops them before any search.
+        if not _filtered(present, key):
+            continue
+        obj = qowner[q]
+        ot = o_t[obj]
+        ox = o_x[obj]
+        oy = o_y[obj]
+        oid = o_ids[obj]
+        for part in range(2):
+            # The main part, then the delta: a key's entries are the run of its equal keys. (Two
+            # explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
+            if part == 0:
+                lo = np.searchsorted(keys, key)
+                hi = lo
+                while hi < n_keys and keys[hi] == key:
+                    hi += 1
+            else:
+                lo = np.searchsorted(dkeys, key)
+                hi = lo
+                while hi < n_dkeys and dkeys[hi] == key:
+                    hi += 1
+            for e in range(lo, hi):
+                if part == 0:
+                    row = prow[e]
+                    # A main entry's epoch is its row's at the last rebuild (Postings.row_epochs).
+                    if prow_epoch[row] != epoch[row]:
+                        continue
+                else:
+                    row = drow[e]
+                    if dep[e] != epoch[row]:
+                        continue
+                tested[obj] += 1
+                if not (s_t[row] <= ot and ot < s_end[row]):
+                    continue
+                dx = ox - s_x[row]
+                dy = oy - s_y[row]
+                d2 = dx * dx + dy * dy
+                kk = s_k[row] - 1
+                kid = s_ids[row, kk]
+                kd2 = s_d2[row, kk]
+                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+                    if n == a_row.shape[0]:
+                        a_row = _grow(a_row, n + 1)
+                        a_oid = _grow(a_oid, n + 1)
+                        a_d2 = _grow(a_d2, n + 1)
+                        a_ot = _grow(a_ot, n + 1)
+                    a_row[n] = row
+                    a_oid[n] = oid
+                    a_d2[n] = d2
+                    a_ot[n] = ot
+                    n += 1
+    return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+
+
 @_jit
 def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k,  # noqa: ANN001, ANN202, PLR0913
                   s_ids, s_d2, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n):
@@ -263,7 +336,7 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
     csr = uptr.shape[0] > 0
     # A few probe keys per filter cache line find the filter cold (one timestamp of one worker
     # among many); a batch's millions of keys keep it warm, and asking ahead only costs there.
-    cold_filter = ukeys.shape[0] <= _COLD_FILTER_KEYS
+    cold_filter = ukeys.shape[0] <= _COLD_KEYS
     n_u = ukeys.shape[0]
     n_keys = keys.shape[0]
     n_dkeys = dkeys.shape[0]
@@ -378,8 +451,18 @@ def lookup_accept(
     order) and, per object, the number of live index entries its keys met (the
     ``pairs_tested`` counter).
     """
-    return _lookup_with(np.asarray(qkeys, dtype=np.int64), _NO_PTR, np.asarray(qowner, dtype=np.int64), False,
-                        postings, epoch, state, objects)
+    qkeys = np.asarray(qkeys, dtype=np.int64)
+    qowner = np.asarray(qowner, dtype=np.int64)
+    if qkeys.shape[0] > _COLD_KEYS:
+        dk, dr, de = postings._sorted_delta()  # noqa: SLF001 - the kernel reads the index's arrays
+        n = state.n_rows
+        return _lookup_warm(
+            qkeys, qowner, postings._present, postings.keys, postings.rows, postings.row_epochs,  # noqa: SLF001
+            dk, dr, de, epoch,
+            state.t[:n], state.end_t[:n], state.x[:n], state.y[:n], state.k[:n], state.ids[:n], state.d2[:n],
+            objects.t, objects.x, objects.y, objects.ids,
+        )
+    return _lookup_with(qkeys, _NO_PTR, qowner, False, postings, epoch, state, objects)
 
 
 def lookup_accept_sorted(
@@ -637,6 +720,10 @@ def warm_up(requested: str | None = None) -> None:
     objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
     worker.process(objects)
     worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
+    # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
+    many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
+    index: Any = worker.index  # a GridIndex: its postings and epochs
+    lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
 
