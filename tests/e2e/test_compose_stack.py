@@ -40,36 +40,69 @@ def _docker_answers() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False).returncode == 0
 
 
+def _containerd_answers(socket: Path) -> bool:
+    return subprocess.run(["ctr", "--address", str(socket), "version"], capture_output=True, timeout=60,
+                          check=False).returncode == 0
+
+
+def _start(command: list[str], log: Path, answers, what: str) -> subprocess.Popen:
+    """Start a daemon and wait until ``answers()``; its log ends the failure message if it does not."""
+    with open(log, "wb") as out:
+        daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not answers():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            pytest.fail(f"{what} did not start: {log.read_text()[-2000:]}")
+        time.sleep(1)
+    return daemon
+
+
+def _stop(daemon: subprocess.Popen) -> None:
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+
+
 @pytest.fixture(scope="module")
 def docker_daemon(tmp_path_factory):
-    """A Docker daemon: the running one, or one started here (and stopped by PID afterwards)."""
+    """A Docker daemon: the running one, or one started here (and stopped by PID afterwards).
+
+    containerd is started first, on its own, and dockerd pointed at it: a dockerd that starts its
+    own containerd gives it a fixed 15 s, which a loaded 2-core machine exceeded in a CI run
+    ("failed to start containerd: timeout waiting for containerd to start"). Here both get 180 s.
+    """
     if shutil.which("docker") is None or shutil.which("docker-compose") is None:
         missing_prerequisite("the docker client or docker-compose is not installed (Debian: apt-get install "
                              "docker.io docker-compose; scripts/install_test_deps.sh does it)")
     if _docker_answers():
         yield None
         return
-    dockerd = shutil.which("dockerd") or shutil.which("dockerd", path="/usr/sbin:/usr/bin")
-    if dockerd is None:
-        missing_prerequisite("no Docker daemon answers and dockerd is not installed (Debian: docker.io)")
+    found = {name: shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+             for name in ("dockerd", "containerd", "ctr")}
+    if None in found.values():
+        missing_prerequisite(f"no Docker daemon answers and {[n for n, f in found.items() if f is None]} is not "
+                             "installed (Debian: docker.io, which brings containerd)")
     if os.geteuid() != 0:
         missing_prerequisite("no Docker daemon answers and starting dockerd needs root")
-    log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
-    with open(log, "wb") as out:
-        daemon = subprocess.Popen([dockerd, "--storage-driver", "overlay2"], stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not _docker_answers():
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
-            pytest.fail(f"dockerd did not start: {log.read_text()[-2000:]}")
-        time.sleep(1)
-    yield daemon.pid
-    os.kill(daemon.pid, signal.SIGTERM)
+    logs = tmp_path_factory.mktemp("dockerd")
+    socket = Path("/run/containerd/containerd.sock")  # containerd's default, as Debian's service runs it
+    containerd = None
+    if not _containerd_answers(socket):
+        containerd = _start([found["containerd"]], logs / "containerd.log", lambda: _containerd_answers(socket),
+                            "containerd")
     try:
-        daemon.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
+        dockerd = _start([found["dockerd"], "--storage-driver", "overlay2", "--containerd", str(socket)],
+                         logs / "dockerd.log", _docker_answers, "dockerd")
+        try:
+            yield dockerd.pid
+        finally:
+            _stop(dockerd)
+    finally:
+        if containerd is not None:
+            _stop(containerd)
 
 
 def _leftovers(kind: str) -> list[str]:
