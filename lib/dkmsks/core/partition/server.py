@@ -84,7 +84,7 @@ from dkmsks.core.partition._common import (
 from dkmsks.core.partition.greedy import assign_in_order
 from dkmsks.core.partition.plan import Method, PartitionPlan
 from dkmsks.core.partition.ps2 import route_home
-from dkmsks.core.sets import has_duplicates
+from dkmsks.core.sets import has_duplicates, member
 
 __all__ = ["MainServer", "RectIndex"]
 
@@ -239,6 +239,62 @@ class RectIndex:
         return best, best_a
 
 
+class _LiveBalls:
+    """The live new subscriptions of ``new_cost="live"``, as columns: each one's subscription
+    (location, keywords) and the squared radius its cost was last computed with (``inf`` until
+    the first re-cost), found by id through a sorted index.
+
+    :meth:`MainServer.refresh` gets a few thousand changed ids per timestamp, most of them
+    initial subscriptions: one binary search finds the new ones and one vectorised test picks
+    those to re-cost, where a dict per subscription took a Python step per id. Rows are
+    appended in registration order; a deletion only leaves the index, and the columns drop
+    their dead rows once these outnumber the live ones.
+    """
+
+    #: Dead rows tolerated before the columns are compacted, whatever the live count.
+    SLACK = 1024
+
+    def __init__(self) -> None:
+        empty = np.zeros(0, dtype=np.int64)
+        self.subs = Subscriptions(empty, np.zeros(0), np.zeros(0),
+                                  KeywordSets(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32)),
+                                  np.zeros(0, dtype=np.int32), empty)
+        self.costed_r2 = np.zeros(0)
+        self._ids = empty  # live ids, ascending
+        self._rows = empty  # the column row of each
+
+    def __len__(self) -> int:
+        return int(self._ids.shape[0])
+
+    def add(self, subs: Subscriptions) -> None:
+        """Register ``subs`` (ids not held yet), never costed by a ball."""
+        rows = len(self.subs) + np.arange(len(subs), dtype=np.int64)
+        self.subs = Subscriptions.concat([self.subs, subs])
+        self.costed_r2 = np.concatenate([self.costed_r2, np.full(len(subs), np.inf)])
+        order = np.argsort(subs.ids, kind="stable")
+        at = np.searchsorted(self._ids, subs.ids[order])
+        self._ids = np.insert(self._ids, at, subs.ids[order])
+        self._rows = np.insert(self._rows, at, rows[order])
+
+    def remove(self, ids: Int64Array) -> None:
+        """Forget ``ids`` (ids not held are ignored)."""
+        gone = member(self._ids, ids)
+        if not gone.any():
+            return
+        self._ids, self._rows = self._ids[~gone], self._rows[~gone]
+        if len(self.subs) - len(self) > max(len(self), self.SLACK):
+            keep = np.sort(self._rows)
+            self.subs, self.costed_r2 = self.subs.take(keep), self.costed_r2[keep]
+            self._rows = np.searchsorted(keep, self._rows)
+
+    def find(self, ids: Int64Array) -> Int64Array:
+        """Column row of each of ``ids``, ``-1`` where it is not a live new subscription."""
+        if self._ids.shape[0] == 0:
+            return np.full(ids.shape[0], -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._ids, ids), self._ids.shape[0] - 1)
+        return np.where(self._ids[at] == ids, self._rows[at], -1)
+
+
 class MainServer:
     """Assignment of new subscriptions and deletions with per-worker loads ``C(w)``.
 
@@ -311,7 +367,7 @@ class MainServer:
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
         self._extra: dict[int, tuple[int, int]] = {}
         # "live" only: location, keywords and last costed radius² of each live new subscription.
-        self._where: dict[int, tuple[float, float, tuple[int, ...], float]] = {}
+        self._balls = _LiveBalls()
         self._rect_index: RectIndex | None = None
         if self.method is Method.DKM:
             self._rect_index = RectIndex(plan.subsets.rect, plan.space)
@@ -486,10 +542,7 @@ class MainServer:
         for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist(), strict=True):
             self._extra[sid] = (w, c)
         if self.new_cost == "live" and self.method is not Method.PS2:
-            kws = subs.keywords
-            for i, sid in enumerate(ids.tolist()):
-                kw = tuple(kws.ids[kws.ptr[i] : kws.ptr[i + 1]].tolist())
-                self._where[sid] = (float(subs.x[i]), float(subs.y[i]), kw, math.inf)
+            self._balls.add(subs)
         return workers
 
     def _ps2_workers(self, subs: Subscriptions) -> Int32Array:
@@ -537,38 +590,27 @@ class MainServer:
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
         if ids.shape[0] != r2.shape[0]:
             raise ValueError("refresh needs one radius² per subscription id")
-        if self.new_cost != "live" or not self._where or self.method in (Method.KOP, Method.PS2):
+        if self.new_cost != "live" or not len(self._balls) or self.method in (Method.KOP, Method.PS2):
             return 0  # (Eq. 1 and PS²Stream's counts do not depend on the ball)
-        where, shrink = self._where, self.refresh_shrink
-        # Only balls that became finite or shrank enough since they were last costed.
-        # Most changed balls belong to initial subscriptions, which are never re-costed: one
-        # vectorised membership test first, then the per-id rule on the few new ones.
-        known = np.flatnonzero(np.isin(ids, np.fromiter(where.keys(), dtype=np.int64, count=len(where))))
-        pick = []
-        for i in known.tolist():
-            last, r = where[int(ids[i])][3], float(r2[i])
-            if r != last and (last == math.inf or r <= shrink * last):
-                pick.append(i)
-        if not pick:
+        if has_duplicates(ids):
+            raise ValueError("refresh got the same subscription id twice")
+        # Only balls that became finite or shrank enough since they were last costed. Most
+        # changed balls belong to initial subscriptions, which are never re-costed.
+        book = self._balls
+        rows = book.find(ids)
+        new = np.flatnonzero(rows >= 0)
+        last, r = book.costed_r2[rows[new]], r2[new]
+        pick = new[(r != last) & ((last == math.inf) | (r <= self.refresh_shrink * last))]
+        if not pick.shape[0]:
             return 0
-        sel = np.asarray(pick, dtype=np.int64)
-        sids = ids[sel].tolist()
-        info = [self._where[s] for s in sids]
-        subs = Subscriptions(
-            ids[sel],
-            np.array([i[0] for i in info], dtype=np.float64),
-            np.array([i[1] for i in info], dtype=np.float64),
-            KeywordSets.from_lists([i[2] for i in info]),
-            np.ones(sel.shape[0], dtype=np.int32),
-            np.zeros(sel.shape[0], dtype=np.int64),
-        )
-        new_w = self.ball_weights(subs, r2[sel])
-        for sid, w_new, r, (x, y, kw, _) in zip(sids, new_w.tolist(), r2[sel].tolist(), info, strict=True):
-            where[sid] = (x, y, kw, r)
+        at = rows[pick]
+        new_w = self.ball_weights(book.subs.take(at), r2[pick])
+        book.costed_r2[at] = r2[pick]
+        for sid, w_new in zip(ids[pick].tolist(), new_w.tolist(), strict=True):
             worker, w_old = self._extra[sid]
             self._load[worker] += w_new - w_old
             self._extra[sid] = (worker, w_new)
-        return len(sids)
+        return int(pick.shape[0])
 
     def delete(self, sub_ids: npt.ArrayLike, *, missing: str = "raise") -> Int32Array:
         """Forget subscriptions and subtract their costs from their workers' ``C(w)``.
@@ -597,7 +639,9 @@ class MainServer:
         np.subtract.at(self._load, workers[found], weights[found])
         rows = self._initial_rows(ids)
         self._alive[rows[rows >= 0]] = False
-        for sid in ids[found & (rows < 0)].tolist():
+        new = ids[found & (rows < 0)]
+        for sid in new.tolist():
             del self._extra[sid]
-            self._where.pop(sid, None)
+        if len(self._balls):
+            self._balls.remove(new)
         return workers
