@@ -455,7 +455,7 @@ def build_engine(
     width = max(int(subs.k.max()) if len(subs) else 1, 1)
     knn = knn_index.query(subs, width=width)
     c1 = clock_()
-    stats = ObjectStatistics.build(o_init, n_keywords)
+    stats = ObjectStatistics.build(o_init, n_keywords, kernel=kernel)
     plan = partition(config.method, stats, knn, subs, space, objects=o_init, **config.partition_kwargs())
     server = MainServer(plan, stats, knn_index, new_cost=config.new_cost, ps2_new=config.ps2_new)
     c2 = clock_()

@@ -766,8 +766,9 @@ def grid_entries(
 
 def warm_up(requested: str | None = None) -> None:
     """Compile (or load from numba's cache) every kernel by running a tiny worker through one
-    insertion, one re-index and one update: a process's first timestamp then pays no compile
-    time (a cold compile takes ~10 s; the image build runs this once, docs/deployment.md).
+    insertion, one re-index and one update, and a tiny main server's count: a process's first
+    timestamp then pays no compile time (a cold compile takes ~10 s; the image build runs this
+    once, docs/deployment.md).
     Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
     if kernel_name(requested) != "numba":
         return
@@ -787,6 +788,11 @@ def warm_up(requested: str | None = None) -> None:
     lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
+    # The main server's small batches of Eq. 4 counts (dkmsks.core.stats_kernel).
+    from dkmsks.core.stats import ObjectStatistics
+
+    unit = np.array([0.0]), np.array([1.0])
+    ObjectStatistics.build(objects, 2, workers=1).count_keyword_in_rects([0], unit[0], unit[0], unit[1], unit[1])
 
 
 @_jit

@@ -85,38 +85,62 @@ class _WaveletMatrix:
     by the higher bits (zeros first), the usual wavelet-matrix layout.
     """
 
-    __slots__ = ("levels", "n_bits")
+    __slots__ = ("_stacked", "levels", "n_bits")
 
     def __init__(self, values: Int64Array, n_bits: int) -> None:
         if values.shape[0] >= 2**31 - 1:
             raise ValueError("more than 2**31 - 2 values are not supported")
         self.n_bits = n_bits
-        self.levels: list[_BitRank] = []
+        levels: list[_BitRank] = []
         # int32 halves the memory traffic of the per-level stable partitions.
         cur = np.asarray(values).astype(np.int32)
         for shift in range(n_bits - 1, -1, -1):
             bits = ((cur >> shift) & 1).astype(np.bool_)
-            self.levels.append(_BitRank(bits))
+            levels.append(_BitRank(bits))
             # Stable partition: zeros keep their order, then ones keep theirs.
             cur = np.concatenate([cur[~bits], cur[bits]])
+        # Every level has the same number of words (one bit per value): one array of all the
+        # levels, each level a view of its row (the compiled counts read it whole).
+        words = np.stack([lv._words for lv in levels])
+        before = np.stack([lv._before for lv in levels])
+        zeros = np.array([lv.n_zeros for lv in levels], dtype=np.int64)
+        self.levels = [_BitRank.from_parts(words[j], before[j], int(zeros[j])) for j in range(n_bits)]
+        self._stacked = (words, before, zeros)
+
+    def stacked(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32], Int64Array]:
+        """The levels' words, ranks before each word and zero counts, one row per level."""
+        return self._stacked
+
+    def __getstate__(self) -> tuple[int, tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32], Int64Array]]:
+        # The stacked arrays only: the levels are views of them (pickling both doubled the size).
+        return self.n_bits, self._stacked
+
+    def __setstate__(self, state: tuple[int, tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32], Int64Array]]) -> None:
+        self.n_bits, self._stacked = state
+        words, before, zeros = self._stacked
+        self.levels = [_BitRank.from_parts(words[j], before[j], int(zeros[j])) for j in range(self.n_bits)]
 
     def to_arrays(self, prefix: str) -> dict[str, npt.NDArray]:
-        # Every level has the same number of words (one bit per value), so they stack.
+        words, before, zeros = self._stacked
         return {
             f"{prefix}_n_bits": np.array(self.n_bits, dtype=np.int64),
-            f"{prefix}_words": np.stack([lv._words for lv in self.levels]),
-            f"{prefix}_before": np.stack([lv._before for lv in self.levels]),
-            f"{prefix}_n_zeros": np.array([lv.n_zeros for lv in self.levels], dtype=np.int64),
+            f"{prefix}_words": words,
+            f"{prefix}_before": before,
+            f"{prefix}_n_zeros": zeros,
         }
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, npt.NDArray], prefix: str) -> _WaveletMatrix:
         matrix = cls.__new__(cls)
         matrix.n_bits = int(arrays[f"{prefix}_n_bits"])
-        words, before, zeros = arrays[f"{prefix}_words"], arrays[f"{prefix}_before"], arrays[f"{prefix}_n_zeros"]
+        # (Saved arrays already have these types: no copies.)
+        words = np.ascontiguousarray(arrays[f"{prefix}_words"], dtype=np.uint64)
+        before = np.ascontiguousarray(arrays[f"{prefix}_before"], dtype=np.int32)
+        zeros = np.asarray(arrays[f"{prefix}_n_zeros"], dtype=np.int64)
         if not words.shape[0] == before.shape[0] == zeros.shape[0] == matrix.n_bits:
             raise ValueError(f"wavelet matrix {prefix!r}: level arrays disagree with n_bits={matrix.n_bits}")
         matrix.levels = [_BitRank.from_parts(words[j], before[j], int(zeros[j])) for j in range(matrix.n_bits)]
+        matrix._stacked = (words, before, zeros)
         return matrix
 
     def count_less(self, v: Int64Array, lo: Int64Array, hi: Int64Array) -> Int64Array:
@@ -163,6 +187,10 @@ class _WaveletMatrix:
         )
         return both[:m] - both[m:]
 
+
+#: Batches of fewer Eq. 4 queries than this take the compiled path (numba; a main server's
+#: re-costs of one timestamp). Bigger ones, a partitioner's, sort their queries instead.
+_COMPILED_BELOW = 4096
 
 #: Batches of at least twice this many queries are split over threads.
 _PARALLEL_FROM = 32768
@@ -222,7 +250,13 @@ class ObjectStatistics:
         kw_matrix: _WaveletMatrix,
         *,
         workers: int = -1,
+        kernel: str | None = None,
     ) -> None:
+        from dkmsks.core.kernel import kernel_name
+
+        #: ``numba``: small batches of Eq. 4 counts take the compiled path
+        #: (:mod:`dkmsks.core.stats_kernel`, the same counts); ``numpy``: never.
+        self.kernel = kernel_name(kernel)
         self.n_objects = int(xs.shape[0])
         self.n_keywords = int(counts.shape[0])
         self._xs = xs  # x of every object, ascending (position order of both matrices)
@@ -234,7 +268,9 @@ class ObjectStatistics:
         self._threads = cpu_count() if workers < 1 else workers
 
     @classmethod
-    def build(cls, objects: Objects, n_keywords: int, *, workers: int = -1) -> ObjectStatistics:
+    def build(
+        cls, objects: Objects, n_keywords: int, *, workers: int = -1, kernel: str | None = None
+    ) -> ObjectStatistics:
         """Index ``O_init`` for Eq. 1, 2 and 4.
 
         Parameters
@@ -247,6 +283,9 @@ class ObjectStatistics:
         workers
             Threads for big query batches (``-1``: one per core, ``1``: none); never changes
             a count.
+        kernel
+            ``numba`` or ``numpy`` for small batches of Eq. 4 counts (by default numba where it
+            imports); never changes a count.
         """
         n = len(objects)
         n_bits = max(1, int(n).bit_length())  # y-ranks are < n < 2**n_bits
@@ -276,7 +315,7 @@ class ObjectStatistics:
             space_f = pool.submit(_WaveletMatrix, y_rank[x_order], n_bits)
             kw_f = pool.submit(_WaveletMatrix, y_rank[owners[order]], n_bits)
             space, kw_matrix = space_f.result(), kw_f.result()
-        return cls(xs, ys, counts, space, kw_key, kw_matrix, workers=workers)
+        return cls(xs, ys, counts, space, kw_key, kw_matrix, workers=workers, kernel=kernel)
 
     def to_arrays(self) -> dict[str, npt.NDArray]:
         """The whole structure as named arrays (``np.savez``-able); :meth:`from_arrays` takes
@@ -286,7 +325,8 @@ class ObjectStatistics:
                 **self._space.to_arrays("space"), **self._kw_matrix.to_arrays("kw")}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, npt.NDArray], *, workers: int = -1) -> ObjectStatistics:
+    def from_arrays(cls, arrays: dict[str, npt.NDArray], *, workers: int = -1,
+                    kernel: str | None = None) -> ObjectStatistics:
         """Inverse of :meth:`to_arrays`; raises ``ValueError`` (or ``KeyError``) on arrays that
         do not fit together."""
         xs, ys = np.asarray(arrays["xs"], dtype=np.float64), np.asarray(arrays["ys"], dtype=np.float64)
@@ -298,7 +338,7 @@ class ObjectStatistics:
                 or kw_matrix.levels[0]._words.shape[0] != kw_key.shape[0] // 64 + 1:
             raise ValueError("statistics arrays of different sizes")
         return cls(xs, ys, np.asarray(arrays["counts"], dtype=np.int64), space, kw_key, kw_matrix,
-                   workers=workers)
+                   workers=workers, kernel=kernel)
 
     def keyword_counts(self, kw: npt.ArrayLike) -> Int64Array:
         """``|O_λ|`` for every keyword id in ``kw`` (Eq. 1); unseen ids give 0."""
@@ -396,6 +436,12 @@ class ObjectStatistics:
         xmax: Float64Array,
         ymax: Float64Array,
     ) -> Int64Array:
+        if self.kernel == "numba" and kw_a.shape[0] < _COMPILED_BELOW \
+                and not (np.isnan(xmin).any() or np.isnan(ymin).any() or np.isnan(xmax).any() or np.isnan(ymax).any()):
+            from dkmsks.core import stats_kernel
+
+            return stats_kernel.count_keyword_in_rects(kw_a, xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key,
+                                                       self._kw_matrix.stacked())
         x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
         # The keyword's block is sorted by x-position; keys make the block boundaries part of
         # one global binary search (an x bound of n lies past every key of the block, before the

@@ -39,6 +39,11 @@ def _path(folder: Path, t0: int) -> Path:
     return folder / f"oinit-stats-t0_{int(t0)}.npz"
 
 
+def _kernel() -> str | None:
+    """DKMSKS_KERNEL=numpy keeps the main server's counts on the numpy path too (docs/design.md §11)."""
+    return os.environ.get("DKMSKS_KERNEL") or None
+
+
 def _oinit_identity(lake: Lake, t0: int) -> tuple[str, int]:
     """(Delta table id of ``objects``, objects with ``t <= t0``): a table dropped and created
     again gets a new id, and within one table O_init only grows, so equal means the same set."""
@@ -56,7 +61,7 @@ def _load(path: Path, vocab: Vocabulary, identity: tuple[str, int]) -> ObjectSta
         if saved_identity != identity:
             raise ValueError(f"built for another O_init: {saved_identity} (now {identity})")
         words = arrays.pop("words").tolist()
-        stats = ObjectStatistics.from_arrays(arrays)
+        stats = ObjectStatistics.from_arrays(arrays, kernel=_kernel())
     except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as err:
         print(f"plan cache: ignoring {path} ({err}); rebuilding it", file=sys.stderr)
         return None
@@ -104,7 +109,7 @@ def oinit_statistics(
             raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
     if stats is None:
         assert objects is not None
-        stats = ObjectStatistics.build(objects, len(vocab))
+        stats = ObjectStatistics.build(objects, len(vocab), kernel=_kernel())
         if path is not None:
             _save(path, stats, vocab.words, identity[0])
     return stats, objects

@@ -1,0 +1,92 @@
+"""The compiled path for small batches of Eq. 4 counts (:mod:`dkmsks.core.stats_kernel`).
+
+Each count is checked against a full scan (``brute_kw_rect`` of ``test_stats``), and the
+compiled path against the numpy reference (``kernel="numpy"``) on the same statistics: on grids
+with many equal coordinates, rectangles of every kind (closed edges through points, degenerate,
+inverted, unbounded, outside), a real-data slice, after a round trip through arrays and pickle.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from dkmsks.core import stats_kernel
+from dkmsks.core.stats import _COMPILED_BELOW, ObjectStatistics
+from test_stats import brute_kw_rect, membership, random_rects, synthetic
+
+pytestmark = pytest.mark.unit
+
+
+def _both(stats_arrays: dict, kw, q) -> tuple[np.ndarray, np.ndarray]:
+    compiled = ObjectStatistics.from_arrays(stats_arrays, kernel="numba")
+    reference = ObjectStatistics.from_arrays(stats_arrays, kernel="numpy")
+    return compiled.count_keyword_in_rects(kw, *q), reference.count_keyword_in_rects(kw, *q)
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 700, 3000])
+def test_compiled_counts_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, n: int) -> None:
+    assert stats_kernel.HAVE_NUMBA  # numba is pinned: the compiled path is what runs here
+    n_keywords = 9  # keyword 8 never occurs
+    objects = synthetic(rng, n, 8)
+    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    q = random_rects(rng, objects, 900)
+    kw = rng.integers(-1, n_keywords + 2, 900)  # invalid ids count 0 on both paths
+    compiled, reference = _both(arrays, kw, q)
+    np.testing.assert_array_equal(compiled, brute_kw_rect(objects, membership(objects, n_keywords), kw, q))
+    np.testing.assert_array_equal(compiled, reference)
+
+
+def test_a_real_data_slice(rng: np.random.Generator) -> None:
+    from conftest import real_objects
+
+    objects, vocab = real_objects(20_000)
+    arrays = ObjectStatistics.build(objects, len(vocab)).to_arrays()
+    centre = rng.integers(0, len(objects), 500)
+    half = 10.0 ** rng.uniform(-4, 1, 500)  # degrees: a street to a continent
+    q = (objects.x[centre] - half, objects.y[centre] - half, objects.x[centre] + half, objects.y[centre] + half)
+    kw = objects.keywords.ids[objects.keywords.ptr[centre]].astype(np.int64)  # each centre's first keyword
+    compiled, reference = _both(arrays, kw, q)
+    np.testing.assert_array_equal(compiled, brute_kw_rect(objects, membership(objects, len(vocab)), kw, q))
+    np.testing.assert_array_equal(compiled, reference)
+    assert (compiled > 0).all()  # the centre itself counts
+
+
+def test_the_compiled_path_runs_below_its_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
+    objects = synthetic(rng, 400, 5)
+    stats = ObjectStatistics.build(objects, 5)
+    calls: list[int] = []
+    real = stats_kernel.count_keyword_in_rects
+
+    def counted(kw, *rest):  # noqa: ANN001, ANN002 - the kernel's own signature
+        calls.append(len(kw))
+        return real(kw, *rest)
+
+    monkeypatch.setattr(stats_kernel, "count_keyword_in_rects", counted)
+    expected_of = membership(objects, 5)
+    for m in (1, _COMPILED_BELOW - 1, _COMPILED_BELOW):
+        q = random_rects(rng, objects, m)
+        kw = rng.integers(0, 5, m)
+        np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), brute_kw_rect(objects, expected_of, kw, q))
+    assert calls == [1, _COMPILED_BELOW - 1]
+    # A NaN bound (no rectangle) is left to the numpy path, which counts nothing there.
+    q = random_rects(rng, objects, 5)
+    q[0][2] = np.nan
+    got = stats.count_keyword_in_rects(np.zeros(5, dtype=np.int64), *q)
+    assert got[2] == 0 and len(calls) == 2
+    numpy_stats = ObjectStatistics.from_arrays(stats.to_arrays(), kernel="numpy")
+    np.testing.assert_array_equal(got, numpy_stats.count_keyword_in_rects(np.zeros(5, dtype=np.int64), *q))
+
+
+def test_the_levels_stay_views_of_one_array_through_pickle(rng: np.random.Generator) -> None:
+    objects = synthetic(rng, 2000, 6)
+    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 6)))
+    for matrix in (stats._kw_matrix, stats._space):  # noqa: SLF001
+        words, before, _ = matrix.stacked()
+        assert all(level._words.base is words and level._before.base is before for level in matrix.levels)  # noqa: SLF001
+    q = random_rects(rng, objects, 300)
+    kw = rng.integers(0, 6, 300)
+    expected = brute_kw_rect(objects, membership(objects, 6), kw, q)
+    np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
