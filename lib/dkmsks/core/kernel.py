@@ -228,8 +228,8 @@ def _radix_order(keys: Any) -> Any:
 
 def stable_order(keys: Int64Array) -> Int64Array:
     """The stable sorting order of int64 ``keys`` (as ``np.argsort(kind="stable")``): compiled
-    where numba is there. Measured on a timestamp's probe at 1M/1M (49,365 keys): see
-    docs/benchmarks.md, "The probe's sort"."""
+    where numba is there. Measured on the engine at 1M/1M: docs/benchmarks.md, "The probe's sort
+    and the main server's re-costs"."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     if not HAVE_NUMBA:
         return np.argsort(keys, kind="stable")
