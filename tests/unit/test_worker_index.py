@@ -76,6 +76,38 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
             assert sorted(got.get(i, [])) == sorted(ref.get(key, []))
 
 
+def test_postings_delta_merged_across_lookups_holds_every_entry_sorted() -> None:
+    """The delta sorted by one lookup and grown by later insertions (merged, not sorted again)
+    holds exactly the entries inserted since the last rebuild, sorted by key, and lookups in
+    between find each key's live entries."""
+    rng = np.random.default_rng(5)
+    p = Postings()
+    epoch = np.zeros(80, dtype=np.int32)
+    inserted: list[tuple[int, int, int]] = []
+    for step in range(12):
+        n = int(rng.integers(0, 300))
+        # Few distinct keys (long runs of equal keys), keys below and above those held.
+        keys = rng.integers(-5, 40 + 10 * step, n).astype(np.int64)
+        rows = rng.integers(0, 80, n).astype(np.int64)
+        p.insert(keys, rows, epoch[rows])
+        inserted += list(zip(keys.tolist(), rows.tolist(), epoch[rows].tolist(), strict=True))
+        if step % 3 == 2:
+            epoch[rng.choice(80, 4, replace=False)] += 1
+        dk, dr, de = p._sorted_delta()  # noqa: SLF001
+        assert np.all(dk[1:] >= dk[:-1])
+        assert sorted(zip(dk.tolist(), dr.tolist(), de.tolist(), strict=True)) == sorted(inserted)
+        q = rng.integers(-6, 50 + 10 * step, 30).astype(np.int64)
+        got: dict[int, list[int]] = {}
+        for owner, rows_out in p.pairs(q, np.arange(30, dtype=np.int64), epoch, budget=23):
+            for o, r in zip(owner.tolist(), rows_out.tolist(), strict=True):
+                got.setdefault(o, []).append(r)
+        for i, key in enumerate(q.tolist()):
+            want = [r for k, r, e in inserted if k == key and e == epoch[r]]
+            assert sorted(got.get(i, [])) == sorted(want)
+    p.rebuild(epoch)
+    assert p.n_delta == 0 and p._sorted_delta()[0].shape[0] == 0  # noqa: SLF001
+
+
 #: (method, grid): the grid size only matters for the DkM-SKS index.
 KINDS = [("kop", 1), ("sop", 1)] + [("dkm", g) for g in (1, 2, 7, 64, 1000, 32768)]
 

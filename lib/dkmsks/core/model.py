@@ -86,13 +86,17 @@ class KeywordSets:
 
     def take(self, rows: npt.ArrayLike) -> KeywordSets:
         """The sets of ``rows``, in that order."""
-        rows = np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths()[rows]
-        ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        taken = np.asarray(rows, dtype=np.int64)
+        if taken.shape[0] and taken.min() < 0:
+            taken = np.arange(len(self))[taken]  # numpy's negative indexing (and its IndexError)
+        # The taken rows' lengths only: the lengths of all rows cost a pass over the whole
+        # pointer array per call (a workload's objects, taken a timestamp at a time).
+        starts = self.ptr[taken]
+        lengths = self.ptr[taken + 1] - starts
+        ptr = np.zeros(taken.shape[0] + 1, dtype=np.int64)
         np.cumsum(lengths, out=ptr[1:])
         if ptr[-1] == 0:
             return KeywordSets(ptr, np.zeros(0, dtype=np.int32))
-        starts = self.ptr[rows]
         # Gather each row's slice without a Python loop: offset of every output entry.
         offsets = np.arange(ptr[-1], dtype=np.int64) - np.repeat(ptr[:-1], lengths)
         ids = self.ids[np.repeat(starts, lengths) + offsets]

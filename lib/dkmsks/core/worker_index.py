@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import pairwise
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,7 @@ from dkmsks.core.config import DEFAULTS
 from dkmsks.core.kernel import kernel_name
 from dkmsks.core.knn_state import GROWTH, KnnState
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
+from dkmsks.core.sets import ArrayT
 
 #: Candidate pairs are produced in chunks of at most this many (bounds peak memory).
 DEFAULT_BUDGET = 1 << 22
@@ -140,6 +141,26 @@ def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
     return np.packbits(present, bitorder="little")
 
 
+def _merge_sorted(
+    head: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]],
+    new: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]],
+) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Columns ``(key, row, epoch)`` sorted by key, from two column triples each sorted by key
+    (each new entry placed before the head's entries of an equal key)."""
+    total = head[0].shape[0] + new[0].shape[0]
+    at = np.searchsorted(head[0], new[0]) + np.arange(new[0].shape[0])  # each new entry's place
+    from_head = np.ones(total, dtype=bool)
+    from_head[at] = False
+
+    def merged(h: ArrayT, n: ArrayT) -> ArrayT:
+        col = np.empty(total, dtype=h.dtype)
+        col[at] = n
+        col[from_head] = h
+        return cast(ArrayT, col)
+
+    return merged(head[0], new[0]), merged(head[1], new[1]), merged(head[2], new[2])
+
+
 class Postings:
     """A multimap ``int64 key → (row, epoch)``: a sorted main part plus an unsorted delta.
 
@@ -168,6 +189,7 @@ class Postings:
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
         self._delta: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
+        self._head_sorted = False  # _dk[0] (with _dr[0], _de[0]) is sorted by key
         self.n_delta = 0
         self.n_stale = 0
         # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
@@ -196,15 +218,24 @@ class Postings:
 
     def _sorted_delta(self) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         if self._delta is None:
-            if self._dk:
-                k = np.concatenate(self._dk)
-                r = np.concatenate(self._dr)
-                e = np.concatenate(self._de)
-                order = np.argsort(k)  # order within a key is irrelevant (see rebuild)
-                self._dk, self._dr, self._de = [k[order]], [r[order]], [e[order]]
-                self._delta = (self._dk[0], self._dr[0], self._de[0])
-            else:
+            if not self._dk:
                 self._delta = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+                return self._delta
+            # The delta grows by a few thousand entries a timestamp up to an eighth of the main
+            # part: sorting only the new entries and merging them into the part sorted by an
+            # earlier call is linear, where sorting it all again cost ~3 ms of every timestamp
+            # at 1M/1M (docs/benchmarks.md). Order within a key is irrelevant (see rebuild).
+            first = 1 if self._head_sorted else 0
+            k = np.concatenate(self._dk[first:])
+            r = np.concatenate(self._dr[first:])
+            e = np.concatenate(self._de[first:])
+            order = np.argsort(k)
+            k, r, e = k[order], r[order], e[order]
+            if first:
+                k, r, e = _merge_sorted((self._dk[0], self._dr[0], self._de[0]), (k, r, e))
+            self._dk, self._dr, self._de = [k], [r], [e]
+            self._head_sorted = True
+            self._delta = (k, r, e)
         return self._delta
 
     def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
@@ -224,6 +255,7 @@ class Postings:
         self.row_epochs = current_epoch.copy()
         del keys, rows, order
         self._dk, self._dr, self._de, self._delta = [], [], [], None
+        self._head_sorted = False
         self.n_delta = 0
         self.n_stale = 0
         self._present = _filter_of(self.keys)
