@@ -114,11 +114,17 @@ def kernel_name(requested: str | None = None) -> str:
 
 
 #: The postings' key filter (:class:`~dkmsks.core.worker_index.Postings`): bits of a slot
-#: index and the multipliers of its two hashes.
+#: index and the multipliers of its two hashes. The filter is blocked: the first hash picks
+#: a slot, the second one of the 512 slots of that slot's 64-byte block, so a key's two bits
+#: cost one cache line, not two (the filters of 20 workers do not stay in cache between
+#: their turns; docs/benchmarks.md has the measurement).
 FILTER_BITS = 23
 FILTER_MUL1 = np.uint64(0x9E3779B97F4A7C15)
 FILTER_MUL2 = np.uint64(0xC2B2AE3D27D4EB4F)
+FILTER_BLOCK_BITS = 9  # 512 one-bit slots: one 64-byte cache line
 _FILTER_SHIFT = np.uint64(64 - FILTER_BITS)
+_BLOCK_SHIFT = np.uint64(64 - FILTER_BLOCK_BITS)
+_BLOCK_BASE = np.uint64(~((1 << FILTER_BLOCK_BITS) - 1) & ((1 << FILTER_BITS) - 1))
 
 
 @_jit
@@ -126,7 +132,7 @@ def _filtered(present: Any, key: Any) -> bool:
     """Whether both filter slots of ``key`` are set."""
     u = np.uint64(key)
     a = (u * FILTER_MUL1) >> _FILTER_SHIFT
-    b = (u * FILTER_MUL2) >> _FILTER_SHIFT
+    b = (a & _BLOCK_BASE) | ((u * FILTER_MUL2) >> _BLOCK_SHIFT)
     seven = np.uint64(7)
     three = np.uint64(3)
     return bool((present[a >> three] >> (a & seven)) & (present[b >> three] >> (b & seven)) & np.uint8(1))
@@ -427,8 +433,7 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
             if cold_filter:
                 for u in range(c0, min(c0 + _AHEAD, r1)):
                     h = np.uint64(ukeys[u])
-                    _prefetch(present, ((h * FILTER_MUL1) >> _FILTER_SHIFT) >> np.uint64(3))
-                    _prefetch(present, ((h * FILTER_MUL2) >> _FILTER_SHIFT) >> np.uint64(3))
+                    _prefetch(present, ((h * FILTER_MUL1) >> _FILTER_SHIFT) >> np.uint64(3))  # both bits' line
             for u in range(max(c0 - _AHEAD, r0), min(c0, r1)):
                 if _filtered(present, ukeys[u]):
                     passed[n_pass] = u

@@ -113,10 +113,13 @@ _FILTER_BITS = kernel.FILTER_BITS
 
 
 def _filter_slots(keys: Int64Array) -> tuple[Int64Array, Int64Array]:
-    """The two filter slots of each key: the top bits of two multiplicative hashes."""
+    """The two filter slots of each key: the top bits of a multiplicative hash, and a slot of
+    the first one's 512-slot block from the top bits of a second hash (kernel.FILTER_BLOCK_BITS)."""
     u = keys.astype(np.uint64)
-    shift = np.uint64(64 - _FILTER_BITS)
-    return ((u * kernel.FILTER_MUL1) >> shift).astype(np.int64), ((u * kernel.FILTER_MUL2) >> shift).astype(np.int64)
+    first = (u * kernel.FILTER_MUL1) >> np.uint64(64 - _FILTER_BITS)
+    block = np.uint64(kernel.FILTER_BLOCK_BITS)
+    second = ((first >> block) << block) | ((u * kernel.FILTER_MUL2) >> np.uint64(64 - kernel.FILTER_BLOCK_BITS))
+    return first.astype(np.int64), second.astype(np.int64)
 
 
 def _filter_set(bits: npt.NDArray[np.uint8], keys: Int64Array) -> None:
@@ -133,12 +136,24 @@ def _filter_test(bits: npt.NDArray[np.uint8], keys: Int64Array) -> npt.NDArray[n
     return ((first & second) & 1).astype(np.bool_)
 
 
+def _filter_bytes(bits: npt.NDArray[np.uint8] | None = None) -> npt.NDArray[np.uint8]:
+    """An empty packed filter (or a copy of ``bits``) whose blocks start on 64-byte boundaries,
+    so that a block is one cache line (large numpy arrays start 16 bytes into a page)."""
+    n = 1 << (_FILTER_BITS - 3)
+    raw = np.zeros(n + 64, dtype=np.uint8)
+    skip = -raw.ctypes.data % 64
+    out = raw[skip : skip + n]
+    if bits is not None:
+        out[:] = bits
+    return out
+
+
 def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
     """A packed filter holding ``keys``."""
     present = np.zeros(1 << _FILTER_BITS, dtype=np.bool_)
     for slot in _filter_slots(keys):
         present[slot] = True
-    return np.packbits(present, bitorder="little")
+    return _filter_bytes(np.packbits(present, bitorder="little"))
 
 
 def _merge_sorted(
@@ -195,7 +210,12 @@ class Postings:
         # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
         # probe keys (an object's fine cells under its keywords) have no posting, and dropping
         # them before the sort and the binary searches halves a worker's update time.
-        self._present = np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8)
+        self._present = _filter_bytes()
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # An unpickled array starts wherever the allocator put it: align the filter again.
+        self.__dict__.update(state)
+        self._present = _filter_bytes(self._present)
 
     @property
     def n_main(self) -> int:
