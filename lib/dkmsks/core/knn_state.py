@@ -45,6 +45,19 @@ NEVER = np.iinfo(np.int64).max
 GROWTH = 1 / 32
 
 
+#: The sub id -> row map's small part (KnnState) is merged into the large one once it holds
+#: more ids than this, or once the large part has more deleted ids than this and an eighth of it.
+MAP_SMALL = 1024
+
+
+def _find(ids: Int64Array, rows: npt.NDArray[np.int32], q: Int64Array) -> Int64Array:
+    """The row of each of ``q`` in the sorted map ``(ids, rows)``, ``-1`` where it is absent."""
+    if ids.shape[0] == 0:
+        return np.full(q.shape[0], -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, q), ids.shape[0] - 1)
+    return np.where(ids[pos] == q, rows[pos].astype(np.int64), -1)
+
+
 @dataclass(frozen=True)
 class StateArrays:
     """A worker's state as plain arrays (what a Spark task reads and writes).
@@ -113,10 +126,17 @@ class KnnState:
         self._kw_live = 0
         self._free: list[Int64Array] = []  # stacks of free rows (below n_rows)
         self._n_free = 0
-        # sub id -> row map as two sorted arrays (vectorised lookups, O(n) memmove updates);
-        # rows as int32: a worker holds far fewer than 2^31 rows.
+        # sub id -> row map (vectorised lookups by binary search; rows as int32: a worker holds
+        # far fewer than 2^31 rows) in two sorted parts: a large one, where a deletion only
+        # marks the row -1, and a small one of the ids registered since the two were last
+        # merged. A timestamp's few insertions and deletions then copy the small part or mark
+        # a row, not the whole map (two 50,000-entry copies per call at 1M/1M, ~2.6 ms of a
+        # timestamp's 20 workers; docs/benchmarks.md).
         self._map_ids = np.zeros(0, dtype=np.int64)
         self._map_rows = np.zeros(0, dtype=np.int32)
+        self._new_ids = np.zeros(0, dtype=np.int64)
+        self._new_rows = np.zeros(0, dtype=np.int32)
+        self._map_dead = 0  # ids of the large part marked deleted
         #: Rows removed with a deletion time not yet reached (``end_t`` set, not yet freed).
         self._n_retiring = 0
         #: Largest object timestamp processed so far (frees retiring rows, see module doc).
@@ -125,26 +145,28 @@ class KnnState:
     # ------------------------------------------------------------------ sizes and lookups
     def __len__(self) -> int:
         """Number of live (mapped) subscriptions."""
-        return int(self._map_ids.shape[0])
+        return int(self._map_ids.shape[0] - self._map_dead + self._new_ids.shape[0])
 
     @property
     def sub_ids(self) -> Int64Array:
         """Ids of the live subscriptions, ascending."""
+        self._merge_map()
         return self._map_ids.copy()
 
     def live_rows(self) -> Int64Array:
         """Rows of the live subscriptions, in ascending sub-id order."""
+        self._merge_map()
         return self._map_rows.astype(np.int64)
 
     def rows_of(self, sub_ids: npt.ArrayLike) -> Int64Array:
         """Row of each id, ``-1`` for ids that are not live here."""
         q = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        pos = np.searchsorted(self._map_ids, q)
-        pos_c = np.minimum(pos, max(self._map_ids.shape[0] - 1, 0))
-        if self._map_ids.shape[0] == 0:
-            return np.full(q.shape[0], -1, dtype=np.int64)
-        hit = self._map_ids[pos_c] == q
-        return np.where(hit, self._map_rows[pos_c].astype(np.int64), -1)
+        rows = _find(self._map_ids, self._map_rows, q)  # a deleted id's mark is -1 too
+        if self._new_ids.shape[0]:
+            miss = rows < 0
+            if miss.any():
+                rows[miss] = _find(self._new_ids, self._new_rows, q[miss])
+        return rows
 
     def contains(self, sub_ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each of ``sub_ids`` is live in the state."""
@@ -354,22 +376,53 @@ class KnnState:
         self._n_free += int(rows.shape[0])
 
     def _map_insert(self, sid: Int64Array, rows: Int64Array) -> None:
+        """Map ids that are not live here (an id deleted earlier may still be marked in the
+        large part; the small part answers for it)."""
         order = np.argsort(sid, kind="stable")
         sid, rows = sid[order], rows[order]
-        pos = np.searchsorted(self._map_ids, sid)
-        self._map_ids = insert_at(self._map_ids, pos, sid)
-        self._map_rows = insert_at(self._map_rows, pos, rows.astype(np.int32))
+        pos = np.searchsorted(self._new_ids, sid)
+        self._new_ids = insert_at(self._new_ids, pos, sid)
+        self._new_rows = insert_at(self._new_rows, pos, rows.astype(np.int32))
+        if self._new_ids.shape[0] > MAP_SMALL:
+            self._merge_map()
 
     def _map_delete(self, sid: Int64Array) -> None:
-        pos = np.sort(np.searchsorted(self._map_ids, sid))
-        pos = pos[np.concatenate([[True], pos[1:] != pos[:-1]])] if pos.shape[0] > 1 else pos  # an id asked twice
-        self._map_ids = delete_at(self._map_ids, pos)
-        self._map_rows = delete_at(self._map_rows, pos)
+        """Unmap live ids (an id may be asked twice)."""
+        sid = np.sort(sid)
+        n = self._map_ids.shape[0]
+        pos = np.searchsorted(self._map_ids, sid)
+        pos_c = np.minimum(pos, max(n - 1, 0))
+        big = (pos < n) & (self._map_ids[pos_c] == sid) & (self._map_rows[pos_c] >= 0) if n else pos < 0
+        marked = np.unique(pos[big])
+        self._map_rows[marked] = -1
+        self._map_dead += int(marked.shape[0])
+        small = sid[~big]
+        if small.shape[0]:
+            at = np.searchsorted(self._new_ids, small)
+            at = at[np.concatenate([[True], at[1:] != at[:-1]])] if at.shape[0] > 1 else at
+            self._new_ids = delete_at(self._new_ids, at)
+            self._new_rows = delete_at(self._new_rows, at)
+        if self._map_dead > max(MAP_SMALL, n // 8):
+            self._merge_map()
+
+    def _merge_map(self) -> None:
+        """One sorted map again: the large part without its marked ids, the small part merged in."""
+        if self._new_ids.shape[0] == 0 and self._map_dead == 0:
+            return
+        keep = self._map_rows >= 0
+        ids = np.concatenate([self._map_ids[keep], self._new_ids])
+        rows = np.concatenate([self._map_rows[keep], self._new_rows])
+        order = np.argsort(ids, kind="stable")  # two sorted runs: merged in linear time
+        self._map_ids, self._map_rows = ids[order], rows[order]
+        self._new_ids = np.zeros(0, dtype=np.int64)
+        self._new_rows = np.zeros(0, dtype=np.int32)
+        self._map_dead = 0
 
     # ------------------------------------------------------------------ export / import
     def results(self) -> Results:
         """``A(s)`` of every live subscription (docs/design.md §1), keyed by subscription id."""
         out: Results = {}
+        self._merge_map()
         for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist(), strict=True):
             kk = int(self.k[row])
             ids = self.ids[row, :kk]
