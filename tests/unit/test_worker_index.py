@@ -330,3 +330,17 @@ def test_key_filter_blocked_compiled_and_numpy_agree_and_never_drop_a_key() -> N
         assert numpy_says[:3000].all()
         assert np.array_equal(numpy_says, [_filtered(bits, key) for key in asked.tolist()])
         assert numpy_says[3000:].mean() < 0.02  # 200,000 keys in 2^23 slots: ~0.5 % false positives
+
+
+def test_key_filter_compiled_setter_sets_the_numpy_bits() -> None:
+    """Postings of the compiled kernel set their filter bits in one compiled loop: the same
+    bits as the numpy setter, over several insertions (keys repeated, negative, extreme)."""
+    rng = np.random.default_rng(9)
+    compiled, reference = Postings("numba"), Postings("numpy")
+    assert compiled.compiled and not reference.compiled
+    for n in (0, 1, 1000, 50_000):
+        keys = np.concatenate([rng.integers(-(2**63), 2**63 - 1, n), [0, -1, 2**63 - 1, -(2**63)]])
+        for p in (compiled, reference):
+            p.insert(keys, np.zeros(keys.shape[0], dtype=np.int64), np.zeros(keys.shape[0], dtype=np.int32))
+        assert np.array_equal(compiled._present, reference._present)  # noqa: SLF001
+    assert np.count_nonzero(compiled._present) > 1000  # noqa: SLF001

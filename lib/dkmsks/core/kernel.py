@@ -139,6 +139,25 @@ def _filtered(present: Any, key: Any) -> bool:
 
 
 @_jit
+def _filter_set(bits: Any, keys: Any) -> None:
+    """Set both filter slots of each of ``keys`` (worker_index._filter_set's bits, one loop)."""
+    seven = np.uint64(7)
+    three = np.uint64(3)
+    one = np.uint64(1)
+    for i in range(keys.shape[0]):
+        u = np.uint64(keys[i])
+        a = (u * FILTER_MUL1) >> _FILTER_SHIFT
+        b = (a & _BLOCK_BASE) | ((u * FILTER_MUL2) >> _BLOCK_SHIFT)
+        bits[a >> three] |= np.uint8(one << (a & seven))
+        bits[b >> three] |= np.uint8(one << (b & seven))
+
+
+def filter_set(bits: Any, keys: Int64Array) -> None:
+    """Set the key filter's slots of ``keys`` in the packed filter ``bits`` (compiled)."""
+    _filter_set(bits, np.ascontiguousarray(keys, dtype=np.int64))
+
+
+@_jit
 def _grow(a: Any, n: int) -> Any:
     out = np.empty(max(2 * a.shape[0], n, 64), dtype=a.dtype)
     out[: a.shape[0]] = a
@@ -787,6 +806,7 @@ def warm_up(requested: str | None = None) -> None:
     objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
     worker.process(objects)
     worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
+    filter_set(np.zeros(64, dtype=np.uint8), np.zeros(1, dtype=np.int64))
     # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
     many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
     index: Any = worker.index  # a GridIndex: its postings and epochs

@@ -193,7 +193,9 @@ class Postings:
     row's epoch at that rebuild, kept once per row in ``row_epochs``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kernel_in_use: str | None = None) -> None:
+        #: ``numba``: new keys set their filter bits in one compiled loop (the same bits).
+        self.compiled = kernel_name(kernel_in_use) == "numba"
         self.keys = np.zeros(0, dtype=np.int64)  # ascending, one per entry
         self.rows = np.zeros(0, dtype=np.int32)
         self.row_epochs = np.zeros(0, dtype=np.int32)  # each row's epoch at the last rebuild
@@ -215,6 +217,7 @@ class Postings:
     def __setstate__(self, state: dict[str, object]) -> None:
         # An unpickled array starts wherever the allocator put it: align the filter again.
         self.__dict__.update(state)
+        self.__dict__.setdefault("compiled", False)
         self._present = _filter_bytes(self._present)
 
     @property
@@ -229,7 +232,10 @@ class Postings:
         """Add entries ``(key, row, epoch)`` to the unsorted delta part."""
         if keys.shape[0] == 0:
             return
-        _filter_set(self._present, keys)
+        if self.compiled:
+            kernel.filter_set(self._present, keys)
+        else:
+            _filter_set(self._present, keys)
         self._dk.append(keys.astype(np.int64, copy=False))
         self._dr.append(rows.astype(np.int32, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
@@ -397,9 +403,9 @@ class _PostingsIndex:
     shared_probe = True  # SOP and PS²Stream probe their own subsets' rectangles
 
     def __init__(self, *, merge_fraction: float = 0.125, merge_min: int = 1 << 16, kernel: str | None = None) -> None:
-        self.postings = Postings()
         #: ``numba`` or ``numpy``: how postings of new balls are computed (:mod:`dkmsks.core.kernel`).
         self.kernel = kernel_name(kernel)
+        self.postings = Postings(self.kernel)
         self.epoch = np.zeros(16, dtype=np.int32)
         self.row_entries = np.zeros(16, dtype=np.int32)  # live entries per row
         self.merge_fraction = merge_fraction
