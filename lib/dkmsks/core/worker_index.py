@@ -209,15 +209,14 @@ class Postings:
         self._head_sorted = False  # _dk[0] (with _dr[0], _de[0]) is sorted by key
         self.n_delta = 0
         self.n_stale = 0
-        # A one-hash Bloom filter over every key ever inserted since the last rebuild: most
-        # probe keys (an object's fine cells under its keywords) have no posting, and dropping
-        # them before the sort and the binary searches halves a worker's update time.
+        # A blocked two-hash Bloom filter (_filter_slots) over every key inserted since the last
+        # rebuild: most probe keys (an object's fine cells under its keywords) have no posting,
+        # and dropping them before the binary searches halves a worker's update time.
         self._present = _filter_bytes()
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # An unpickled array starts wherever the allocator put it: align the filter again.
         self.__dict__.update(state)
-        self.__dict__.setdefault("compiled", False)
         self._present = _filter_bytes(self._present)
 
     @property
