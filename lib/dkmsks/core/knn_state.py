@@ -410,10 +410,9 @@ class KnnState:
         if self._new_ids.shape[0] == 0 and self._map_dead == 0:
             return
         keep = self._map_rows >= 0
-        ids = np.concatenate([self._map_ids[keep], self._new_ids])
-        rows = np.concatenate([self._map_rows[keep], self._new_rows])
-        order = np.argsort(ids, kind="stable")  # two sorted runs: merged in linear time
-        self._map_ids, self._map_rows = ids[order], rows[order]
+        ids, rows = self._map_ids[keep], self._map_rows[keep]
+        at = np.searchsorted(ids, self._new_ids)
+        self._map_ids, self._map_rows = insert_at(ids, at, self._new_ids), insert_at(rows, at, self._new_rows)
         self._new_ids = np.zeros(0, dtype=np.int64)
         self._new_rows = np.zeros(0, dtype=np.int32)
         self._map_dead = 0

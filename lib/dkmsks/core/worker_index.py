@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import pairwise
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,7 @@ from dkmsks.core.config import DEFAULTS
 from dkmsks.core.kernel import kernel_name
 from dkmsks.core.knn_state import GROWTH, KnnState
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect
-from dkmsks.core.sets import ArrayT
+from dkmsks.core.sets import insert_at
 
 #: Candidate pairs are produced in chunks of at most this many (bounds peak memory).
 DEFAULT_BUDGET = 1 << 22
@@ -156,26 +156,6 @@ def _filter_of(keys: Int64Array) -> npt.NDArray[np.uint8]:
     return _filter_bytes(np.packbits(present, bitorder="little"))
 
 
-def _merge_sorted(
-    head: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]],
-    new: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]],
-) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """Columns ``(key, row, epoch)`` sorted by key, from two column triples each sorted by key
-    (each new entry placed before the head's entries of an equal key)."""
-    total = head[0].shape[0] + new[0].shape[0]
-    at = np.searchsorted(head[0], new[0]) + np.arange(new[0].shape[0])  # each new entry's place
-    from_head = np.ones(total, dtype=bool)
-    from_head[at] = False
-
-    def merged(h: ArrayT, n: ArrayT) -> ArrayT:
-        col = np.empty(total, dtype=h.dtype)
-        col[at] = n
-        col[from_head] = h
-        return cast(ArrayT, col)
-
-    return merged(head[0], new[0]), merged(head[1], new[1]), merged(head[2], new[2])
-
-
 class Postings:
     """A multimap ``int64 key → (row, epoch)``: a sorted main part plus an unsorted delta.
 
@@ -257,7 +237,9 @@ class Postings:
             order = np.argsort(k)
             k, r, e = k[order], r[order], e[order]
             if first:
-                k, r, e = _merge_sorted((self._dk[0], self._dr[0], self._de[0]), (k, r, e))
+                # Each new entry goes before the sorted part's entries of an equal key.
+                at = np.searchsorted(self._dk[0], k)
+                k, r, e = insert_at(self._dk[0], at, k), insert_at(self._dr[0], at, r), insert_at(self._de[0], at, e)
             self._dk, self._dr, self._de = [k], [r], [e]
             self._head_sorted = True
             self._delta = (k, r, e)
