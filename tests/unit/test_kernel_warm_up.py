@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 #: The jitted functions of core/kernel.py that Python calls (the others are called only from
 #: these, compiled into them; loaded from numba's cache, their own dispatchers stay empty).
 ENTRY_KERNELS = ("_lookup", "_lookup_warm", "_merge_accepted", "_grid_entries", "_grid_probe", "_radix_order",
-                 "_filter_set")
+                 "_filter_set", "_merge_sorted_into")
 INNER_KERNELS = ("_test_entries", "_filtered", "_gallop", "_grow", "_lattice", "_outside_id", "_first_level")
 
 

@@ -76,26 +76,35 @@ def test_postings_lookup_matches_reference_with_stale_entries() -> None:
             assert sorted(got.get(i, [])) == sorted(ref.get(key, []))
 
 
-def test_postings_delta_merged_across_lookups_holds_every_entry_sorted() -> None:
-    """The delta sorted by one lookup and grown by later insertions (merged, not sorted again)
-    holds exactly the entries inserted since the last rebuild, sorted by key, and lookups in
-    between find each key's live entries."""
+@pytest.mark.parametrize("kernel_in_use", ["numpy", "numba"])
+def test_postings_delta_merged_across_lookups_holds_every_entry_sorted(kernel_in_use: str) -> None:
+    """The delta sorted by one lookup and grown by later insertions (merged, not sorted again:
+    in place in buffers with room with the compiled kernel, into new arrays with numpy) holds
+    exactly the entries inserted since the last rebuild, sorted by key, and lookups in between
+    find each key's live entries; after a rebuild the same holds again (the buffers are kept)."""
     rng = np.random.default_rng(5)
-    p = Postings()
+    p = Postings(kernel_in_use)
     epoch = np.zeros(80, dtype=np.int32)
-    inserted: list[tuple[int, int, int]] = []
-    for step in range(12):
-        n = int(rng.integers(0, 300))
+    inserted: list[tuple[int, int, int]] = []  # every entry (lookups find the rebuilt ones too)
+    in_delta: list[tuple[int, int, int]] = []  # the entries since the last rebuild
+    for step in range(18):
+        if step == 12:
+            p.rebuild(epoch)
+            assert p.n_delta == 0 and p._sorted_delta()[0].shape[0] == 0  # noqa: SLF001
+            in_delta = []
+        n = int(rng.integers(0, 300 if step != 13 else 3000))  # and once more than the buffers hold
         # Few distinct keys (long runs of equal keys), keys below and above those held.
         keys = rng.integers(-5, 40 + 10 * step, n).astype(np.int64)
         rows = rng.integers(0, 80, n).astype(np.int64)
         p.insert(keys, rows, epoch[rows])
-        inserted += list(zip(keys.tolist(), rows.tolist(), epoch[rows].tolist(), strict=True))
+        new = list(zip(keys.tolist(), rows.tolist(), epoch[rows].tolist(), strict=True))
+        inserted += new
+        in_delta += new
         if step % 3 == 2:
             epoch[rng.choice(80, 4, replace=False)] += 1
         dk, dr, de = p._sorted_delta()  # noqa: SLF001
         assert np.all(dk[1:] >= dk[:-1])
-        assert sorted(zip(dk.tolist(), dr.tolist(), de.tolist(), strict=True)) == sorted(inserted)
+        assert sorted(zip(dk.tolist(), dr.tolist(), de.tolist(), strict=True)) == sorted(in_delta)
         q = rng.integers(-6, 50 + 10 * step, 30).astype(np.int64)
         got: dict[int, list[int]] = {}
         for owner, rows_out in p.pairs(q, np.arange(30, dtype=np.int64), epoch, budget=23):
@@ -106,6 +115,34 @@ def test_postings_delta_merged_across_lookups_holds_every_entry_sorted() -> None
             assert sorted(got.get(i, [])) == sorted(want)
     p.rebuild(epoch)
     assert p.n_delta == 0 and p._sorted_delta()[0].shape[0] == 0  # noqa: SLF001
+
+
+def test_the_compiled_and_numpy_deltas_are_the_same_arrays() -> None:
+    """Both merges put a new entry before the old entries of an equal key, so the two kernels'
+    sorted deltas are byte-identical (not only the same multiset), lookup after lookup."""
+    rng = np.random.default_rng(8)
+    pair = Postings("numpy"), Postings("numba")
+    for step in range(10):
+        n = int(rng.integers(1, 400))
+        keys = rng.integers(0, 30, n).astype(np.int64)  # many equal keys across insertions
+        rows = rng.integers(0, 1000, n).astype(np.int64)
+        epochs = rng.integers(0, 3, n).astype(np.int32)
+        for p in pair:
+            p.insert(keys, rows, epochs)
+        if step % 2:
+            continue  # two insertions before some lookups
+        a, b = (p._sorted_delta() for p in pair)  # noqa: SLF001
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def test_merge_sorted_into_refuses_buffers_without_room() -> None:
+    from dkmsks.core import kernel
+
+    keys = np.array([1, 3, 0], dtype=np.int64)
+    with pytest.raises(ValueError, match="no room"):
+        kernel.merge_sorted_into(keys, np.zeros(3, np.int32), np.zeros(3, np.int32), 2,
+                                 np.array([2, 4], dtype=np.int64), np.zeros(2, np.int32), np.zeros(2, np.int32))
 
 
 #: (method, grid): the grid size only matters for the DkM-SKS index.

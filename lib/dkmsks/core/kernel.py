@@ -37,7 +37,7 @@ import numpy as np
 from dkmsks.core.model import Float64Array, Int64Array
 
 __all__ = ["KERNELS", "Probe", "SortedProbe", "grid_entries", "grid_probe", "kernel_name", "lookup_accept",
-           "lookup_accept_sorted", "merge_accepted", "stable_order", "warm_up"]
+           "lookup_accept_sorted", "merge_accepted", "merge_sorted_into", "stable_order", "warm_up"]
 
 #: The kernel names :func:`kernel_name` accepts.
 KERNELS = ("numba", "numpy")
@@ -577,6 +577,37 @@ def _lookup_with(
 
 
 @_jit
+def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs):  # noqa: ANN001, ANN202
+    # From the back: each entry is moved once and nothing is overwritten before it is read.
+    i = n_old - 1
+    j = new_keys.shape[0] - 1
+    for o in range(n_old + new_keys.shape[0] - 1, -1, -1):
+        if j < 0:
+            break  # the old entries left are in place already
+        if i >= 0 and keys[i] >= new_keys[j]:
+            keys[o] = keys[i]
+            rows[o] = rows[i]
+            epochs[o] = epochs[i]
+            i -= 1
+        else:
+            keys[o] = new_keys[j]
+            rows[o] = new_rows[j]
+            epochs[o] = new_epochs[j]
+            j -= 1
+
+
+def merge_sorted_into(keys: Int64Array, rows: Any, epochs: Any, n_old: int, new_keys: Int64Array, new_rows: Any,
+                      new_epochs: Any) -> None:
+    """Merge sorted entries ``(new_keys, new_rows, new_epochs)`` into the first ``n_old``
+    (sorted) entries of ``keys``/``rows``/``epochs``, which have room for them, in place; a new
+    entry goes before the old entries of an equal key (the order ``np.searchsorted``'s left
+    side gives the reference path)."""
+    if keys.shape[0] < n_old + new_keys.shape[0]:
+        raise ValueError(f"no room: {keys.shape[0]} entries for {n_old} + {new_keys.shape[0]}")
+    _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs)
+
+
+@_jit
 def _merge_accepted(s_ids, s_d2, s_k, rows, oid, d2):  # noqa: ANN001
     n = rows.shape[0]
     order = np.argsort(rows, kind="mergesort")
@@ -807,6 +838,9 @@ def warm_up(requested: str | None = None) -> None:
     worker.process(objects)
     worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
     filter_set(np.zeros(64, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    one32 = np.zeros(1, dtype=np.int32)
+    merge_sorted_into(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32), 1,
+                      np.ones(1, dtype=np.int64), one32, one32)
     # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
     many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
     index: Any = worker.index  # a GridIndex: its postings and epochs

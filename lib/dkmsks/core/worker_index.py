@@ -182,11 +182,16 @@ class Postings:
         #: Every FENCE_STRIDE-th main key (kernel.FENCE_STRIDE): the compiled lookup finds a
         #: key's block in this small array and reads one block of the large one.
         self.fences = np.zeros(0, dtype=np.int64)
+        # The delta: entries posted since the last merge, unsorted (lists of what each insert
+        # gave), plus the part of them sorted by key by an earlier lookup (_sorted_delta), held
+        # in buffers with room to grow: its first _n_sorted entries.
         self._dk: list[Int64Array] = []
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
-        self._delta: tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]] | None = None
-        self._head_sorted = False  # _dk[0] (with _dr[0], _de[0]) is sorted by key
+        self._sk = np.zeros(0, dtype=np.int64)
+        self._sr = np.zeros(0, dtype=np.int32)
+        self._se = np.zeros(0, dtype=np.int32)
+        self._n_sorted = 0
         self.n_delta = 0
         self.n_stale = 0
         # A blocked two-hash Bloom filter (_filter_slots) over every key inserted since the last
@@ -219,38 +224,47 @@ class Postings:
         self._dr.append(rows.astype(np.int32, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
         self.n_delta += int(keys.shape[0])
-        self._delta = None
 
     def _sorted_delta(self) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-        if self._delta is None:
-            if not self._dk:
-                self._delta = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
-                return self._delta
+        """The delta sorted by key (views of buffers that the next call may change)."""
+        if self._dk:
             # The delta grows by a few thousand entries a timestamp up to an eighth of the main
-            # part: sorting only the new entries and merging them into the part sorted by an
-            # earlier call is linear, where sorting it all again cost ~3 ms of every timestamp
-            # at 1M/1M (docs/benchmarks.md). Order within a key is irrelevant (see rebuild).
-            first = 1 if self._head_sorted else 0
-            k = np.concatenate(self._dk[first:])
-            r = np.concatenate(self._dr[first:])
-            e = np.concatenate(self._de[first:])
+            # part: only the entries new since the last call are sorted, then merged into the
+            # part sorted before (linear), each new entry before the old ones of an equal key.
+            # Order within a key is irrelevant (see rebuild).
+            k = np.concatenate(self._dk)
+            r = np.concatenate(self._dr)
+            e = np.concatenate(self._de)
             order = np.argsort(k)
             k, r, e = k[order], r[order], e[order]
-            if first:
-                # Each new entry goes before the sorted part's entries of an equal key.
-                at = np.searchsorted(self._dk[0], k)
-                k, r, e = insert_at(self._dk[0], at, k), insert_at(self._dr[0], at, r), insert_at(self._de[0], at, e)
-            self._dk, self._dr, self._de = [k], [r], [e]
-            self._head_sorted = True
-            self._delta = (k, r, e)
-        return self._delta
+            self._dk, self._dr, self._de = [], [], []
+            n_old, n = self._n_sorted, self._n_sorted + k.shape[0]
+            if self.compiled:
+                # In place, from the back, in buffers with room: one pass moving each entry
+                # once, where np.insert builds a mask and new arrays and copies through the
+                # mask, per column (docs/benchmarks.md).
+                if n > self._sk.shape[0]:
+                    cap = max(n, int(self._sk.shape[0] * 1.5), 1024)
+                    self._sk = np.resize(self._sk[:n_old], cap)
+                    self._sr = np.resize(self._sr[:n_old], cap)
+                    self._se = np.resize(self._se[:n_old], cap)
+                kernel.merge_sorted_into(self._sk, self._sr, self._se, n_old, k, r, e)
+            else:
+                at = np.searchsorted(self._sk[:n_old], k)
+                self._sk = insert_at(self._sk[:n_old], at, k)
+                self._sr = insert_at(self._sr[:n_old], at, r)
+                self._se = insert_at(self._se[:n_old], at, e)
+            self._n_sorted = n
+        n = self._n_sorted
+        return self._sk[:n], self._sr[:n], self._se[:n]
 
     def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
         """Merge the delta into the sorted part and drop stale entries."""
-        # The raw delta lists: everything is sorted once below, no need to sort them first.
-        keys = np.concatenate([self.keys, *self._dk])
-        rows = np.concatenate([self.rows, *self._dr])
-        eps = np.concatenate([self.row_epochs[self.rows], *self._de])
+        # The delta's sorted part and raw lists: everything is sorted once below.
+        n = self._n_sorted
+        keys = np.concatenate([self.keys, self._sk[:n], *self._dk])
+        rows = np.concatenate([self.rows, self._sr[:n], *self._dr])
+        eps = np.concatenate([self.row_epochs[self.rows], self._se[:n], *self._de])
         valid = eps == current_epoch[rows]
         del eps
         keys, rows = keys[valid], rows[valid]
@@ -261,8 +275,8 @@ class Postings:
         self.fences = self.keys[:: kernel.FENCE_STRIDE].copy()
         self.row_epochs = current_epoch.copy()
         del keys, rows, order
-        self._dk, self._dr, self._de, self._delta = [], [], [], None
-        self._head_sorted = False
+        self._dk, self._dr, self._de = [], [], []
+        self._n_sorted = 0  # the buffers stay, for the next delta
         self.n_delta = 0
         self.n_stale = 0
         self._present = _filter_of(self.keys)
