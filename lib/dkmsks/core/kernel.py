@@ -578,12 +578,12 @@ def _lookup_with(
 
 @_jit
 def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs):  # noqa: ANN001, ANN202
-    # From the back: each entry is moved once and nothing is overwritten before it is read.
+    # From the back: each entry is moved once and nothing is overwritten before it is read;
+    # once the new entries are placed, the old ones left are in place already.
     i = n_old - 1
     j = new_keys.shape[0] - 1
-    for o in range(n_old + new_keys.shape[0] - 1, -1, -1):
-        if j < 0:
-            break  # the old entries left are in place already
+    o = n_old + j
+    while j >= 0:
         if i >= 0 and keys[i] >= new_keys[j]:
             keys[o] = keys[i]
             rows[o] = rows[i]
@@ -594,6 +594,7 @@ def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs
             rows[o] = new_rows[j]
             epochs[o] = new_epochs[j]
             j -= 1
+        o -= 1
 
 
 def merge_sorted_into(keys: Int64Array, rows: Any, epochs: Any, n_old: int, new_keys: Int64Array, new_rows: Any,
