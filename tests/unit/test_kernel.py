@@ -162,7 +162,14 @@ def test_sorted_probe_finds_the_same_pairs(method: str) -> None:
     assert empty.keys.shape[0] == 0 and empty.ptr.tolist() == [0]
 
 
-def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Generator) -> None:
+#: Grid layouts the compiled and numpy postings and probes are held to: the default, every
+#: pyramid level with 9 cells a ball, and every other level with a wide cap at coarse levels.
+LAYOUTS = [{}, {"level_step": 1, "max_cells": 9, "wide_cells": 9},
+           {"level_step": 2, "max_cells": 4, "wide_cells": 36, "wide_side": 8}]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grid_entries_identical_inside_outside_and_unbounded(layout: dict, rng: np.random.Generator) -> None:
     """The compiled postings of balls (GridIndex._entries) equal the reference key for key and
     in order: small and huge balls, balls hanging over the space's edge, centres far outside
     it (the hashed outside lattice, negative cells), and unbounded balls (fewer than k results)."""
@@ -183,7 +190,7 @@ def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Gene
     rows = state.add(subs, (ids, d2))
     out = {}
     for k in ("numba", "numpy"):
-        index = GridIndex(space, 64, kernel=k)
+        index = GridIndex(space, 64, kernel=k, **layout)
         out[k] = index._entries(state, rows)  # noqa: SLF001 - the function under comparison
     (ka, oa, ra), (kb, ob, rb) = out.values()
     assert ka.shape[0] > 5 * n  # the case exercises many cells and keywords
@@ -191,8 +198,8 @@ def test_grid_entries_identical_inside_outside_and_unbounded(rng: np.random.Gene
     assert ((ka >> 32) >= GridIndex(space, 64).outside_base).any()  # the outside lattice was reached
 
 
-@pytest.mark.parametrize("levels", ["pyramid", "flat"])
-def test_grid_probe_identical_inside_and_outside(levels: str, rng: np.random.Generator) -> None:
+@pytest.mark.parametrize(("levels", "layout"), [("pyramid", lay) for lay in LAYOUTS] + [("flat", {})])
+def test_grid_probe_identical_inside_and_outside(levels: str, layout: dict, rng: np.random.Generator) -> None:
     """The compiled probe (each object's cell at every level under each keyword) equals the
     reference key for key and in order, for objects inside the space, on its edges and far
     outside it (the outside lattice)."""
@@ -202,6 +209,7 @@ def test_grid_probe_identical_inside_and_outside(levels: str, rng: np.random.Gen
     y = np.concatenate([rng.uniform(0, 50, 200), [0.0, 50.0, 50.0, 0.0], rng.uniform(-1e6, 1e6, 96)])
     kws = KeywordSets.from_lists([rng.choice(40, int(rng.integers(1, 5)), replace=False).tolist() for _ in range(n)])
     objects = Objects(np.arange(n, dtype=np.int64), x, y, kws, np.ones(n, dtype=np.int64))
-    (ka, oa), (kb, ob) = (GridIndex(space, 64, levels=levels, kernel=k).probe(objects) for k in ("numba", "numpy"))
+    (ka, oa), (kb, ob) = (GridIndex(space, 64, levels=levels, kernel=k, **layout).probe(objects)
+                          for k in ("numba", "numpy"))
     assert ka.shape[0] > 3 * n
     assert np.array_equal(ka, kb) and np.array_equal(oa, ob)

@@ -26,6 +26,11 @@ pytestmark = pytest.mark.unit
 STRESS = {"merge_min": 1, "merge_fraction": 0.01}
 GRID_STRESS = {**STRESS, "max_cells": 2, "shrink": 0.999}
 FLAT = {"levels": "flat", "max_cells": 3}
+#: The grid's earlier layout: every pyramid level, at most 9 cells a ball at every level.
+EVERY_LEVEL = {"level_step": 1, "max_cells": 9, "wide_cells": 9}
+#: Every other level, few cells at fine levels and many at coarse ones (a small lattice's
+#: levels of at most 8 cells a side), re-indexing on every shrink.
+WIDE = {**STRESS, "level_step": 2, "max_cells": 2, "wide_cells": 36, "wide_side": 8, "shrink": 0.999}
 
 
 def in_ball_pairs(
@@ -154,11 +159,15 @@ def variant_options(method: str, variant: str) -> dict:
         return GRID_STRESS if method == "dkm" else STRESS
     if variant == "flat" and method == "dkm":
         return FLAT
+    if variant == "every_level" and method == "dkm":
+        return EVERY_LEVEL
+    if variant == "wide" and method == "dkm":
+        return WIDE
     return {}
 
 
 @pytest.mark.parametrize(("method", "grid"), KINDS)
-@pytest.mark.parametrize("variant", ["default", "stress", "flat"])
+@pytest.mark.parametrize("variant", ["default", "stress", "flat", "every_level", "wide"])
 def test_every_index_and_grid_equals_oracle(method: str, grid: int, variant: str) -> None:
     options = variant_options(method, variant)
     for seed in (100 + grid, 200 + grid):
@@ -183,7 +192,7 @@ def test_degenerate_inputs(method: str, case: str) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("variant", ["default", "stress", "flat"])
+@pytest.mark.parametrize("variant", ["default", "stress", "flat", "every_level", "wide"])
 def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
     """Candidates ⊇ pairs whose object is inside the (pre-timestamp) ball, every timestamp."""
     options = variant_options(method, variant)
@@ -229,8 +238,8 @@ def test_grid_pyramid_levels() -> None:
     from dkmsks.core.model import Subscriptions
 
     space = Rect(0.0, 0.0, 10.0, 10.0)
-    index = make_index("dkm", space, grid=10, max_cells=9)
-    assert isinstance(index, GridIndex) and index.top == 4
+    index = make_index("dkm", space, grid=10, **EVERY_LEVEL)
+    assert isinstance(index, GridIndex) and index.top == 4 and index.levels == [0, 1, 2, 3, 4]
     state = KnnState(width=1)
     subs = Subscriptions.build(
         [1, 2, 3], [5.5, 5.5, 5.0], [5.5, 5.5, 5.0], [[0], [0], [0]], [1, 1, 1], [0, 0, 0]
@@ -252,10 +261,64 @@ def test_grid_pyramid_levels() -> None:
     assert sorted(posted) == [level2 + c for c in range(9)]
     assert set(posted.values()) == {1}
 
-    flat = make_index("dkm", space, grid=10, max_cells=9, levels="flat")
+    flat = make_index("dkm", space, grid=10, levels="flat", **EVERY_LEVEL)
     flat.add(state, rows)
     flat.maintain(state, force=True)
     assert np.unique(flat.postings.keys, return_counts=True)[1].tolist() == [1, 2]  # fine cell; top cell for both
+
+
+def _posted_levels(index: GridIndex) -> dict[int, list[int]]:
+    """Posting rows by the pyramid level of their cell (cells are numbered level after level)."""
+    cells = index.postings.keys >> 32
+    level = np.searchsorted(index._offset, cells, side="right") - 1  # noqa: SLF001 - the layout under test
+    out: dict[int, list[int]] = {}
+    for lv, row in zip(level.tolist(), index.postings.rows.tolist(), strict=True):
+        out.setdefault(lv, []).append(row)
+    return {lv: sorted(rows) for lv, rows in out.items()}
+
+
+def _cells_reached(x: float, y: float, r: float, side: int) -> int:
+    """Cells of a lattice of ``side``-wide cells from the origin that a ball reaches (a cell's
+    nearest point to the centre within ``r``)."""
+    def gap(v: float, c: int) -> float:
+        return max(side * c - v, 0.0, v - side * (c + 1))
+    xs = range(int((x - r) // side), int((x + r) // side) + 1)
+    ys = range(int((y - r) // side), int((y + r) // side) + 1)
+    return sum(1 for cx in xs for cy in ys if gap(x, cx) ** 2 + gap(y, cy) ** 2 <= r * r)
+
+
+def test_grid_level_step_and_wide_cells() -> None:
+    """With ``level_step`` the pyramid keeps every step-th level counted down from the top
+    cell; a ball goes to the finest of them where it spans at most ``max_cells`` cells, or
+    ``wide_cells`` at levels of at most ``wide_side`` cells a side."""
+    from dkmsks.core.knn_state import KnnState
+    from dkmsks.core.model import Subscriptions
+
+    space = Rect(0.0, 0.0, 256.0, 256.0)  # fine cells of side 1
+    options = {"level_step": 2, "max_cells": 4, "wide_cells": 36, "wide_side": 16}
+    index = make_index("dkm", space, grid=256, **options)
+    assert isinstance(index, GridIndex) and index.top == 8 and index.levels == [0, 2, 4, 6, 8]
+    # Sides 256, 64, 16, 4 below the top: the levels of side <= 16 (4 and 6) take up to 36 cells.
+    assert index.levels_below_top.tolist() == [0, 2, 4, 6] and index.caps_below_top.tolist() == [4, 4, 36, 36]
+    state = KnnState(width=1)
+    subs = Subscriptions.build([1, 2], [129.5, 130.0], [129.5, 130.0], [[0], [0]], [1, 1], [0, 0])
+    # r = 1.2 spans 4 x 4 fine cells (level 0: 16 > 4) and 1 or 2 a side of level 2's cells of 4;
+    # r = 20 spans 11 a side of level 2 (121 > 4) and 4 a side of level 4's cells of 16 (16 <= 36).
+    rows = state.add(subs, (np.array([[10], [11]]), np.array([[1.44], [400.0]])))
+    index.add(state, rows)
+    index.maintain(state, force=True)
+    posted = _posted_levels(index)
+    assert sorted(posted) == [2, 4]
+    assert set(posted[2]) == {int(rows[0])} and set(posted[4]) == {int(rows[1])}
+    assert len(posted[4]) == _cells_reached(130.0, 130.0, 20.0, 16)
+    # Without the wide cap the large ball goes up to level 6 (cells of 64: 1 a side).
+    narrow = make_index("dkm", space, grid=256, **{**options, "wide_cells": 4})
+    narrow.add(state, rows)
+    narrow.maintain(state, force=True)
+    assert sorted(_posted_levels(narrow)) == [2, 6]
+    assert len(_posted_levels(narrow)[6]) == _cells_reached(130.0, 130.0, 20.0, 64) == 4
+    with pytest.raises(ValueError, match="level_step must be >= 1"):
+        make_index("dkm", space, grid=256, level_step=0)
 
 
 @pytest.mark.realdata

@@ -708,14 +708,16 @@ def merge_accepted(
 
 
 @_jit
-def _first_level(a0: int, a1: int, b0: int, b1: int, levels: Any, max_cells: int, fallback: int) -> int:
+def _first_level(a0: int, a1: int, b0: int, b1: int, levels: Any, caps: Any, fallback: int) -> int:
     """First of ``levels`` where the cell range ``[a0, a1] × [b0, b1]`` spans at most
-    ``max_cells`` cells (each side capped first, so lattice-wide ranges cannot overflow)."""
-    cap = max_cells + 1
-    for lv in levels:
-        nx = min((a1 >> lv) - (a0 >> lv) + 1, cap)
-        ny = min((b1 >> lv) - (b0 >> lv) + 1, cap)
-        if nx * ny <= max_cells:
+    ``caps[i]`` cells at ``levels[i]`` (each side capped first, so lattice-wide ranges cannot
+    overflow)."""
+    for i in range(levels.shape[0]):
+        lv = levels[i]
+        most = caps[i]
+        nx = min((a1 >> lv) - (a0 >> lv) + 1, most + 1)
+        ny = min((b1 >> lv) - (b0 >> lv) + 1, most + 1)
+        if nx * ny <= most:
             return lv
     return fallback
 
@@ -744,12 +746,13 @@ def _outside_id(lv: int, cx: int, cy: int, base: int, span: Any) -> Any:
 
 @_jit
 def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  # noqa: ANN001, PLR0913
-                  levels_in, top, G, max_cells, offset, outside_base, outside_top,
+                  levels_in, caps_in, top, G, max_cells, offset, outside_base, outside_top,
                   xmin, ymin, cw, ch, mx, my, limit, kw_bits):
     n = rows.shape[0]
     g = G - 1
     span = np.uint64((1 << kw_bits) - outside_base)
     outside_levels = np.arange(outside_top, dtype=np.int64)
+    outside_caps = np.full(outside_top, max_cells, dtype=np.int64)
     cap = 1024
     keys = np.empty(cap, dtype=np.int64)
     owners = np.empty(cap, dtype=np.int64)
@@ -765,13 +768,13 @@ def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  #
             uy1 = _lattice(y1[i], ymin, ch, limit) if finite else 0
             cx0, cx1 = min(max(ux0, 0), g), min(max(ux1, 0), g)
             cy0, cy1 = min(max(uy0, 0), g), min(max(uy1, 0), g)
-            level = _first_level(cx0, cx1, cy0, cy1, levels_in, max_cells, top) if finite else top
+            level = _first_level(cx0, cx1, cy0, cy1, levels_in, caps_in, top) if finite else top
             if outside == 0:
                 bx0, bx1, by0, by1 = cx0 >> level, cx1 >> level, cy0 >> level, cy1 >> level
             else:
                 if not (finite and level < top and (ux0 < 0 or ux1 > g or uy0 < 0 or uy1 > g)):
                     continue
-                level = _first_level(ux0, ux1, uy0, uy1, outside_levels, max_cells, outside_top)
+                level = _first_level(ux0, ux1, uy0, uy1, outside_levels, outside_caps, outside_top)
                 bx0, bx1, by0, by1 = ux0 >> level, ux1 >> level, uy0 >> level, uy1 >> level
             is_top = level == top and outside == 0
             for cy in range(by0, by1 + 1):
@@ -814,7 +817,8 @@ def grid_entries(
     sp = index.space
     return _grid_entries(
         rows, state.x[rows], state.y[rows], x0, y0, x1, y1, r, state.kw_start, state.kw_len, state.kw_pool,
-        index.levels_below_top, int(index.top), int(index.G), int(index.max_cells), index._offset,  # noqa: SLF001
+        index.levels_below_top, index.caps_below_top, int(index.top), int(index.G), int(index.max_cells),
+        index._offset,  # noqa: SLF001
         int(index.outside_base), int(outside_top), float(sp.xmin), float(sp.ymin), float(index.cw),
         float(index.ch), float(index._mx), float(index._my), int(lattice_limit), int(kw_bits),  # noqa: SLF001
     )

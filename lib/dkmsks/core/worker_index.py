@@ -53,7 +53,12 @@ DEFAULT_BUDGET = 1 << 22
 #: cells per ball per level. A fine grid matters on real data: a coarse one puts a whole city
 #: in one cell, so every ball there meets every object of the city (docs/benchmarks.md).
 DEFAULT_GRID = DEFAULTS.grid
-DEFAULT_MAX_CELLS = 9
+DEFAULT_MAX_CELLS = 25
+#: The pyramid's layout (GridIndex): every third level from the top, and up to 64 cells a ball
+#: at the levels of at most 64 cells a side (docs/design.md §2.3, measured in docs/benchmarks.md).
+DEFAULT_LEVEL_STEP = 3
+DEFAULT_WIDE_CELLS = 64
+DEFAULT_WIDE_SIDE = 64
 
 #: A posting key is ``(prefix << 32) | keyword`` (prefix: subset or pyramid cell).
 _KW_BITS = 32
@@ -707,11 +712,13 @@ class GridIndex(_PostingsIndex):
     A subscription is posted, under each of its keywords, in every cell its (safe) ball
     overlaps. To keep large balls from filling thousands of cells, the grid is the finest
     level of a pyramid: level ``l`` merges ``2^l × 2^l`` fine cells (cell index ``c >> l``), up
-    to a top level with a single cell covering the whole plane. A ball is posted at the finest
-    level where it overlaps at most ``max_cells`` cells; an object probes its cell at every
-    level. A coarse cell is the union of the fine cells under it, so posting there is an
-    over-approximation of posting in the fine cells (docs/design.md §3 fact 1). The infinite ball of a
-    subscription with fewer than ``k`` results goes to the top cell ("all cells", docs/design.md §1).
+    to a top level with a single cell covering the whole plane. The pyramid keeps every
+    ``level_step``-th level counted down from the top. A ball is posted at the finest kept
+    level where it overlaps at most ``max_cells`` cells (``wide_cells`` at levels of at most
+    ``wide_side`` cells a side); an object probes its cell at every kept level. A coarse cell
+    is the union of the fine cells under it, so posting there is an over-approximation of
+    posting in the fine cells (docs/design.md §3 fact 1). The infinite ball of a subscription
+    with fewer than ``k`` results goes to the top cell ("all cells", docs/design.md §1).
     ``levels="flat"`` keeps only the finest level and the top cell (the paper's plain grid,
     with balls above ``max_cells`` cells treated as all cells).
 
@@ -740,6 +747,14 @@ class GridIndex(_PostingsIndex):
         Re-index threshold on the radius ratio (``0 < shrink < 1``).
     levels
         ``"pyramid"`` (default) or ``"flat"``.
+    level_step
+        The pyramid keeps levels ``top, top - level_step, ...`` down to level 0 or above (1:
+        every level). Fewer levels mean fewer probe keys per object (nearly all of which find
+        nothing) against more cells per ball at the level it lands on.
+    wide_cells, wide_side
+        At levels of at most ``wide_side`` cells a side, a ball may span up to ``wide_cells``
+        cells: the few wide balls (new subscriptions start empty, docs/design.md §1) then cover
+        their region more tightly, for few extra entries.
     """
 
     kind = "dkm"
@@ -752,6 +767,9 @@ class GridIndex(_PostingsIndex):
         max_cells: int = DEFAULT_MAX_CELLS,
         shrink: float = 0.5,
         levels: str = "pyramid",
+        level_step: int = DEFAULT_LEVEL_STEP,
+        wide_cells: int = DEFAULT_WIDE_CELLS,
+        wide_side: int = DEFAULT_WIDE_SIDE,
         **kw: float,
     ) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
@@ -759,6 +777,8 @@ class GridIndex(_PostingsIndex):
             raise ValueError(f"grid must be >= 1, got {grid}")
         if levels not in ("pyramid", "flat"):
             raise ValueError(f"levels must be 'pyramid' or 'flat', got {levels!r}")
+        if int(level_step) < 1:
+            raise ValueError(f"level_step must be >= 1, got {level_step}")
         self.space = space
         self.G = int(grid)
         self.max_cells = max(int(max_cells), 1)
@@ -773,12 +793,17 @@ class GridIndex(_PostingsIndex):
             raise ValueError(f"grid {grid} is too fine for 32-bit cell ids; use --grid <= 32768")
         #: Ids ``[outside_base, 2^32)`` are the hashed cells outside the data space.
         self.outside_base = int(self._offset[-1])
+        self.level_step = int(level_step)
         self.levels = (
-            list(range(self.top + 1)) if levels == "pyramid" else sorted({0, self.top})
+            sorted(range(self.top, -1, -self.level_step)) if levels == "pyramid" else sorted({0, self.top})
         )
         # The same levels as arrays, for the compiled kernels (built once, not per call).
         self.level_array = np.asarray(self.levels, dtype=np.int64)
         self.levels_below_top = self.level_array[self.level_array != self.top]
+        #: Most cells a ball may span at each level below the top: ``max_cells``, or
+        #: ``wide_cells`` at levels of at most ``wide_side`` cells a side.
+        wide = sides[self.levels_below_top] <= int(wide_side)
+        self.caps_below_top = np.where(wide, max(int(wide_cells), self.max_cells), self.max_cells).astype(np.int64)
         w = space.xmax - space.xmin
         h = space.ymax - space.ymin
         self.cw = (w if w > 0 else 1.0) / self.G
@@ -848,18 +873,19 @@ class GridIndex(_PostingsIndex):
         return keys, owners
 
     def _finest_level(self, cx0: Int64Array, cx1: Int64Array, cy0: Int64Array, cy1: Int64Array,
-                      todo: npt.NDArray[np.bool_], levels: Iterable[int], fallback: int) -> Int64Array:
-        """First of ``levels`` where the cell range spans at most ``max_cells`` cells
+                      todo: npt.NDArray[np.bool_], levels: Iterable[int], caps: Iterable[int],
+                      fallback: int) -> Int64Array:
+        """First of ``levels`` where the cell range spans at most the level's cap of cells
         (``fallback`` where none does)."""
         level = np.full(cx0.shape[0], fallback, dtype=np.int64)
         todo = todo.copy()
-        cap = self.max_cells + 1
-        for lv in levels:
+        for lv, most in zip(levels, caps, strict=True):
             if not todo.any():
                 break
             # Each side is capped before the product so that lattice-wide ranges cannot overflow.
-            n_cells = np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, cap) * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, cap)
-            ok = todo & (n_cells <= self.max_cells)
+            n_cells = (np.minimum((cx1 >> lv) - (cx0 >> lv) + 1, most + 1)
+                       * np.minimum((cy1 >> lv) - (cy0 >> lv) + 1, most + 1))
+            ok = todo & (n_cells <= most)
             level[ok] = lv
             todo &= ~ok
         return level
@@ -884,12 +910,13 @@ class GridIndex(_PostingsIndex):
         g = self.G - 1
         cx0, cx1 = np.clip(ux0, 0, g), np.clip(ux1, 0, g)
         cy0, cy1 = np.clip(uy0, 0, g), np.clip(uy1, 0, g)
-        level_in = self._finest_level(cx0, cx1, cy0, cy1, finite, [lv for lv in self.levels if lv != self.top],
-                                      self.top)
+        level_in = self._finest_level(cx0, cx1, cy0, cy1, finite, self.levels_below_top.tolist(),
+                                      self.caps_below_top.tolist(), self.top)
         spill = finite & (level_in < self.top) & ((ux0 < 0) | (ux1 > g) | (uy0 < 0) | (uy1 > g))
         # Outside levels run up to 2^41 fine cells per cell, where the whole clamped lattice
         # spans at most 2 x 2 cells: a level is always found.
-        level_out = self._finest_level(ux0, ux1, uy0, uy1, spill, range(_OUTSIDE_TOP), _OUTSIDE_TOP)
+        level_out = self._finest_level(ux0, ux1, uy0, uy1, spill, range(_OUTSIDE_TOP),
+                                       [self.max_cells] * _OUTSIDE_TOP, _OUTSIDE_TOP)
         sp = np.flatnonzero(spill)
         idx = np.concatenate([np.arange(rows.shape[0], dtype=np.int64), sp])
         outside = np.concatenate([np.zeros(rows.shape[0], dtype=bool), np.ones(sp.shape[0], dtype=bool)])
