@@ -125,3 +125,35 @@ def test_a_keyword_column_in_a_worker_vocabulary_holds_each_row_sorted_by_the_wo
         assert encoded.ids[ptr[i]:ptr[i + 1]].tolist() == sorted(worker.lookup(driver_words[w]) for w in row)
     picked = column.encode(worker, rows=np.array([4, 2], np.int64))
     assert [picked.row(i).tolist() for i in range(2)] == [encoded.row(4).tolist(), encoded.row(2).tolist()]
+
+
+_FIRST_RECORDS = """
+import sys
+import numpy as np
+from dkmsks.spark.bridge import _Records, _no_results, warm_arrow
+if sys.argv[1] == "warm":
+    warm_arrow()
+before = set(sys.modules)
+out = _Records(3)
+out.changes(5, "insert", np.array([11, 12]), results=_no_results(2))
+out.metric(5, subscriptions=2, pairs_tested=0)
+out.table()
+print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "pandas")))
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_warm_arrow_leaves_the_first_records_no_import(warm: bool) -> None:
+    """A follow worker task calls warm_arrow before it says it is ready: building its first
+    records then imports nothing (pyarrow loads pandas at its first numpy conversion), which
+    a task without the warm-up does, in its first round."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_RECORDS, "warm" if warm else "cold"],
+                          capture_output=True, text=True, check=True)
+    imported = done.stdout.split()
+    if warm:
+        assert imported == [], imported
+    else:
+        assert "pandas" in imported  # what the warm-up takes out of the first round

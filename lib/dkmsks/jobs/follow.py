@@ -43,7 +43,7 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
-from dkmsks.spark.bridge import WorkerSession, warm_kernels
+from dkmsks.spark.bridge import WorkerSession, warm_arrow, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
 from dkmsks.spark.lake import Lake
@@ -176,6 +176,7 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
         with build_slot(folder, build_slots):
             session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
             warm_kernels()  # ready means ready: the first round pays no compile or cache load
+            warm_arrow()
         keep_freed_memory()
         _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
