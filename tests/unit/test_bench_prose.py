@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
            ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
            ("dkmsks.bench.catalog", "catalog"), ("dkmsks.bench.append", "append"),
-           ("dkmsks.bench.kernel", "kernel"),
+           ("dkmsks.bench.kernel", "kernel"), ("dkmsks.bench.grid", "grid"),
            ("dkmsks.bench.memory", "memory")]
 
 
