@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, load_objects, say, write_doc_section
 from dkmsks.bench.prose import Prose
@@ -116,14 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_after = load_average()
     final = [e.results() for e in engines]
     equal = all(results_equal(final[0], other) for other in final[1:])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for layout, metrics, engine in zip(layouts, timed, engines, strict=True):
         wall = [m.wall * 1e3 for m in metrics]
         rows.append({
             "layout": label(layout), "wall_ms": median(wall), "wall_first_ms": median(wall[:EDGE]),
             "wall_last_ms": median(wall[-EDGE:]), "update_ms": median([m.update_time * 1e3 for m in metrics]),
             "knn_ms": median([m.time_knn * 1e3 for m in metrics]), "work": median([m.work for m in metrics]),
-            "entries": sum(len(w.index.postings) for w in engine.workers),
+            "entries": sum(w.index.size()["entries"] for w in engine.workers),
         })
     rec.put("layouts", rows)
     rec.put("checks", {"results_equal": equal})
