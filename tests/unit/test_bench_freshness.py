@@ -186,3 +186,20 @@ def test_a_run_at_another_size_goes_to_a_section_of_its_own() -> None:
     assert section({"subscriptions": 10_000_000}) == "freshness-10m"
     assert section({"subscriptions": 20_000}) == "freshness-20k"
     assert section({"subscriptions": 10_000_000, "section": "mine"}) == "mine"
+
+
+@pytest.mark.parametrize(("last", "refused"), [(None, False), (0, False), (160, True)])
+def test_keep_refuses_a_warehouse_that_processed_the_stream(monkeypatch, tmp_path, last, refused) -> None:
+    """--keep reuses a warehouse only at the end of its initial phase: one that processed the
+    stream would see every publish as a replay, visible at once (a freshness of 0 s and a
+    negative catch-up were reported before this check)."""
+    from dkmsks.bench import freshness
+    from dkmsks.spark import journal, lake
+    from dkmsks.warehouse import Warehouse
+
+    monkeypatch.setattr(lake.Lake, "of", staticmethod(lambda warehouse: warehouse))
+    monkeypatch.setattr(journal, "last_processed", lambda _lake: last)
+    why = freshness.stream_already_processed(Warehouse(tmp_path))
+    assert (why is not None) == refused
+    if refused:
+        assert "t=160" in why and "initial phase" in why

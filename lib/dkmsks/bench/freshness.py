@@ -166,6 +166,20 @@ def _time_readers(warehouse, client, sub_id: int, last_t: int, work: Path, runs:
     return timings
 
 
+def stream_already_processed(warehouse: object) -> str | None:
+    """Why a kept warehouse cannot be measured again (``None`` when it can): every timestamp it
+    has processed after the initial phase would be published again as a replay and "seen" at once,
+    so the run would report nonsense freshness and catch-up."""
+    from dkmsks.spark.journal import last_processed
+    from dkmsks.spark.lake import Lake
+
+    last = last_processed(Lake.of(warehouse))  # type: ignore[arg-type]
+    if last is not None and last > 0:
+        return (f"the warehouse {warehouse.root} has processed the stream up to t={last}; a run needs it "  # type: ignore[attr-defined]
+                "at the end of its initial phase (t=0): run without --keep, or keep a copy of it made then")
+    return None
+
+
 def run(args: argparse.Namespace) -> dict:
     """Publish the workload timestamp by timestamp and measure when each becomes visible."""
     from dkmsks.client import Client
@@ -208,6 +222,9 @@ def run(args: argparse.Namespace) -> dict:
         rec.put("initial_peak_gib", initial.peak / 2**30)
         rec.put("initial_phase_commit", rec.data["commit"])
     else:  # reused (--keep): the earlier run's measurement of it, with the commit it ran on
+        refused = stream_already_processed(warehouse)
+        if refused:
+            raise SystemExit(f"dkm bench freshness --keep: {refused}")
         for key in INITIAL_STEPS:
             if key in earlier.get("steps", {}):
                 rec.put(key, earlier["steps"][key])
