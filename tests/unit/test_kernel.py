@@ -117,6 +117,17 @@ def test_stepwise_batches_identical(method: str) -> None:
     assert results_equal(workers["numba"].results(), expected)
 
 
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_stepwise_batches_through_the_batch_sized_lookup_identical(method: str, monkeypatch) -> None:
+    """The lookup that a batch of more than ``_COLD_KEYS`` probe keys takes (a Spark task
+    catching up; key by key, the grid's radius bound first) against the numpy path and the
+    oracle: the threshold lowered so that this small case's batch takes it."""
+    from dkmsks.core import kernel
+
+    monkeypatch.setattr(kernel, "_COLD_KEYS", 8)
+    test_stepwise_batches_identical(method)
+
+
 def test_replayed_batch_changes_nothing_compiled() -> None:
     """Objects already in a result are ignored by the compiled merge (a replay is a no-op)."""
     objects, events = adversarial_case(3, timestamps=4)

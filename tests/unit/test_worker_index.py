@@ -211,6 +211,27 @@ def test_index_never_loses_an_in_ball_pair(method: str, variant: str) -> None:
         before = oracle_results(objects, events, t)
 
 
+@pytest.mark.parametrize("variant", ["default", "stress", "every_level", "wide"])
+def test_grid_radius_bound_holds_every_live_ball(variant: str) -> None:
+    """The compiled lookup rejects an entry whose object lies beyond the row's radius bound
+    (GridIndex.radius_bound) before it reads the row's result: sound only if no live row's
+    ball is ever wider than its bound. Checked after every timestamp of a stream with
+    deletions, insertions (unbounded balls), shrinking balls and re-indexing."""
+    options = variant_options("dkm", variant)
+    objects, events = adversarial_case(11, timestamps=8)
+    worker = initial_worker("dkm", objects, events, grid=16, **options)
+    assert isinstance(worker.index, GridIndex)
+    for t in range(1, 9):
+        apply_events(worker, events, t, in_batch=False)
+        worker.process(objects.take(np.flatnonzero(objects.t == t)))
+        state, bound = worker.state, worker.index.radius_bound()
+        rows = state.live_rows()
+        radius = np.sqrt(state.radius2(rows))
+        assert bound.shape[0] >= state.n_rows
+        assert np.all(bound[rows] >= radius), (t, rows[bound[rows] < radius][:5])
+        assert np.all(np.isinf(bound[rows]) >= np.isinf(radius))  # an unbounded ball has no bound
+
+
 def test_grid_finds_objects_outside_the_data_space() -> None:
     """A point beyond the space (docs/design.md §1) still reaches a ball that covers it."""
     objects = Objects.build(

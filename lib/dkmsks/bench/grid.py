@@ -8,12 +8,14 @@ differs) and, after ``--warmup`` timestamps each, the timestamps run alternately
 the same timestamp before the next), so that load changes hit all alike.
 
 A layout is ``STEP:CELLS:WIDE:SIDE`` (:class:`~dkmsks.core.worker_index.GridIndex`'s
-``level_step``, ``max_cells``, ``wide_cells``, ``wide_side``); the first one is the baseline of
-the ratios. Reported per layout, as medians over the timed timestamps (and over the first and
-the last 20 of them, since new subscriptions' wide balls make later timestamps dearer): the
-whole timestamp in one process, the paper's update time and its kNN part, the pairs tested,
-and the index entries at the end. The layouts' results must be byte-identical at the end; the
-benchmark fails otherwise.
+``level_step``, ``max_cells``, ``wide_cells``, ``wide_side``), optionally followed by
+``/unbounded``: that engine's lookups then skip the radius bound (every entry met is tested
+against its result, as before the bound). The first layout is the baseline of the ratios.
+Reported per layout, as medians over the timed timestamps (and over the first and the last 20
+of them, since new subscriptions' wide balls make later timestamps dearer): the whole timestamp
+in one process, the paper's update time and its kNN part, the pairs tested, and the index
+entries at the end. The layouts' results must be byte-identical at the end; the benchmark
+fails otherwise.
 
 Usage: ``dkm bench grid [--layouts 1:9:9:64,3:25:64:64] [--timestamps T] [--quick] [--doc docs/benchmarks.md]``.
 """
@@ -32,32 +34,42 @@ from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, ratio
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
+from dkmsks.core.kernel import NO_BOUND
 from dkmsks.core.model import results_equal
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 prose = Prose.load("grid")
 #: The layouts compared by default: every level with 9 cells a ball (the grid's first layout),
-#: every third level with 25, and that with 64 cells at coarse levels (the default since).
-LAYOUTS = "1:9:9:64,3:25:9:64,3:25:64:64"
+#: every third level with 25, that with 64 cells at coarse levels (the default since), and the
+#: default without the lookup's radius bound.
+LAYOUTS = "1:9:9:64/unbounded,3:25:9:64/unbounded,3:25:64:64/unbounded,3:25:64:64"
 FIELDS = ("level_step", "max_cells", "wide_cells", "wide_side")
 #: The first and last timestamps whose medians are reported beside the whole run's.
 EDGE = 20
 
 
+#: The suffix of a layout whose lookups skip the radius bound.
+UNBOUNDED = "/unbounded"
+
+
 def parse_layouts(text: str) -> list[dict[str, int]]:
-    """``STEP:CELLS:WIDE:SIDE`` layouts, comma-separated, as GridIndex options."""
+    """``STEP:CELLS:WIDE:SIDE[/unbounded]`` layouts, comma-separated, as GridIndex options
+    (``unbounded``: 1 when the suffix is there)."""
     out = []
     for part in text.split(","):
-        values = part.strip().split(":")
+        spec = part.strip()
+        unbounded = spec.endswith(UNBOUNDED)
+        values = spec.removesuffix(UNBOUNDED).split(":")
         if len(values) != len(FIELDS) or not all(v.isdigit() and int(v) >= 1 for v in values):
-            raise ValueError(f"a layout is STEP:CELLS:WIDE:SIDE of positive integers, got {part!r}")
-        out.append(dict(zip(FIELDS, (int(v) for v in values), strict=True)))
+            raise ValueError(f"a layout is STEP:CELLS:WIDE:SIDE of positive integers, optionally followed by "
+                             f"{UNBOUNDED}, got {part!r}")
+        out.append({**dict(zip(FIELDS, (int(v) for v in values), strict=True)), "unbounded": int(unbounded)})
     return out
 
 
 def label(layout: dict[str, int]) -> str:
     """A layout as the command line writes it."""
-    return ":".join(str(layout[f]) for f in FIELDS)
+    return ":".join(str(layout[f]) for f in FIELDS) + (UNBOUNDED if layout.get("unbounded") else "")
 
 
 def run_side_by_side(objects: object, events: object, config: PartitionConfig, layouts: list[dict[str, int]],
@@ -67,7 +79,10 @@ def run_side_by_side(objects: object, events: object, config: PartitionConfig, l
     for layout in layouts:
         say(f"grid {label(layout)}: initial phase, plan and workers ...")
         engine, _ = build_engine(config, objects, events, clock=time.perf_counter, kernel="numba",  # type: ignore[arg-type]
-                                 **layout)
+                                 **{f: layout[f] for f in FIELDS})
+        if layout.get("unbounded"):
+            for worker in engine.workers:
+                worker.index.radius_bound = lambda: NO_BOUND  # type: ignore[method-assign]
         list(engine.run(objects, events, until=config.t0 + warmup))  # type: ignore[arg-type]
         engines.append(engine)
     timed: list[list[TimestampMetrics]] = [[] for _ in layouts]

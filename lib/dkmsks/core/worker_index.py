@@ -386,6 +386,9 @@ class WorkerIndex(Protocol):
     def size(self) -> dict[str, int]:
         """The index's sizes, by part."""
 
+    def radius_bound(self) -> Float64Array:
+        """Per state row, a radius no smaller than its live entries' ball, or an empty array."""
+
 
 class _PostingsIndex:
     """Shared plumbing: per-row epochs and entry counts, merge policy, lookups.
@@ -447,6 +450,11 @@ class _PostingsIndex:
         self._ensure(int(rows.max()) + 1 if rows.shape[0] else 0)
         self._invalidate(rows)
 
+    def radius_bound(self) -> Float64Array:
+        """Per row, a radius no smaller than the ball its live entries were posted for (balls
+        only shrink), which the compiled lookup tests first; empty where the index keeps none."""
+        return kernel.NO_BOUND
+
     def maintain(self, state: KnnState, force: bool = False) -> None:
         """Merge the delta / purge stale entries once they are a sizeable fraction."""
         p = self.postings
@@ -490,9 +498,10 @@ class _PostingsIndex:
         ``probe``: :meth:`probe` of ``objects``, or its :class:`~dkmsks.core.kernel.SortedProbe`,
         computed once for several workers."""
         self._ensure(state.n_rows)
+        bound = self.radius_bound()
         if isinstance(probe, kernel.SortedProbe):
-            return kernel.lookup_accept_sorted(probe, self.postings, self.epoch, state, objects)
-        parts = [kernel.lookup_accept(keys, owner, self.postings, self.epoch, state, objects)
+            return kernel.lookup_accept_sorted(probe, self.postings, self.epoch, state, objects, bound)
+        parts = [kernel.lookup_accept(keys, owner, self.postings, self.epoch, state, objects, bound)
                  for keys, owner in self._slices(objects, probe)]
         if len(parts) == 1:
             return parts[0]
@@ -866,6 +875,12 @@ class GridIndex(_PostingsIndex):
         keys, owners, r = self._entries(state, rows)
         self.r_indexed[rows] = r
         self._insert(keys, owners)
+
+    def radius_bound(self) -> Float64Array:
+        """The safe radius each row was last posted with (``inf`` for an unbounded ball): a
+        live entry's ball lies inside it, since the row is posted again whenever its radius
+        falls below ``shrink`` times that one, and balls only shrink in between."""
+        return self.r_indexed
 
     def entries(self, state: KnnState, rows: Int64Array) -> tuple[Int64Array, Int64Array]:
         """Key = (pyramid cell, keyword) for every cell the ball is posted in."""
