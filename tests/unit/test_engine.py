@@ -247,6 +247,53 @@ def test_build_engine_real_data_equals_oracle(method: str, m: int, real_workload
     )
 
 
+@pytest.mark.realdata
+@pytest.mark.parametrize("method", ["sop", "dkm"])
+def test_the_refresh_hears_of_later_subscriptions_only_and_costs_alike(method: str, real_workload: dict) -> None:
+    """The workers report the changed balls of subscriptions registered after the initial phase
+    only (the main server never re-costs initial ones): the same re-costs, loads and placements
+    as when every changed row is reported, also after an insertion dated before the initial
+    phase's end (which turns the filter off)."""
+    objects, events = real_workload["workload"]
+    config = PartitionConfig(method=method, workers=7, grid=64, theta=4, gamma1=50)
+    last = int(max(objects.t.max(), events.t.max()))
+    heard: dict[str, list[int]] = {}
+    recosted: dict[str, list[int]] = {}
+    engines: dict[str, Engine] = {}
+    for mode in ("later only", "every row"):
+        engine, _ = build_engine(config, objects, events)
+        if mode == "every row":
+            engine._initial_t = None  # noqa: SLF001 - the unfiltered reference
+        real = engine._refresh  # noqa: SLF001
+        assert real is not None
+        heard[mode], recosted[mode] = [], []
+
+        def spy(ids, r2, real=real, mode=mode):  # noqa: ANN001, ANN202
+            heard[mode].append(len(ids))
+            recosted[mode].append(real(ids, r2))
+            return recosted[mode][-1]
+
+        engine._refresh = spy  # noqa: SLF001
+        list(engine.run(objects, events))
+        # An insertion dated t = 0 (not after the initial phase), then an object that fills
+        # each one's ball (k = 1): re-costed only if the refresh still hears of them.
+        src = objects.take(np.arange(5))
+        words = [src.keywords.row(i).tolist() for i in range(5)]
+        early = Subscriptions.build([10**9 + i for i in range(5)], src.x, src.y, words, [1] * 5, [0] * 5)
+        engine.step(last + 1, [], early, objects.take(np.zeros(0, dtype=np.int64)))
+        near = Objects.build(np.arange(5) + 10**9, src.x + 1e-9, src.y, words, [last + 2] * 5)
+        engine.step(last + 2, [], early.take(np.zeros(0, dtype=np.int64)), near)
+        engines[mode] = engine
+    a, b = engines.values()
+    assert sum(recosted["later only"]) == sum(recosted["every row"]) > 0
+    assert sum(heard["later only"]) < sum(heard["every row"])  # the filter did filter
+    assert np.array_equal(a.assigner.load_weight, b.assigner.load_weight)
+    ids = np.concatenate([live_subscriptions(events, last).ids, early.ids])
+    for got, want in zip(a.assigner.lookup_weights(ids), b.assigner.lookup_weights(ids), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert (a.assigner.lookup_weights(early.ids)[0] >= 0).all()
+
+
 # ---------------------------------------------------------------------------- dkm simulate
 @pytest.mark.parametrize("method", METHODS)
 def test_simulate_cli_export_equals_oracle(method: str, tmp_path: Path, capsys) -> None:

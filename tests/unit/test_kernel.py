@@ -91,6 +91,8 @@ def test_real_data_engines_identical_and_exact(method: str, m: int, real_workloa
     assert [list(m_.worker_accepted) for m_ in ma] == [list(m_.worker_accepted) for m_ in mb]
     for w in range(m):
         assert_same_state(ea.workers[w], eb.workers[w], f"{method} m={m} w={w}")
+    # The main server's re-costs (compiled Eq. 5 sums under numba) leave the same loads.
+    assert np.array_equal(ea.assigner.load_weight, eb.assigner.load_weight)
     last = int(max(objects.t.max(), events.t.max()))
     expected = oracle_results(objects, events, last, t0=config.t0)
     got = ea.results()

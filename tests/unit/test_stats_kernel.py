@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dkmsks.core import stats_kernel
+from dkmsks.core.model import KeywordSets
 from dkmsks.core.stats import _COMPILED_BELOW, ObjectStatistics
 from test_stats import brute_kw_rect, membership, random_rects, synthetic
 
@@ -90,3 +91,48 @@ def test_the_levels_stay_views_of_one_array_through_pickle(rng: np.random.Genera
     kw = rng.integers(0, 6, 300)
     expected = brute_kw_rect(objects, membership(objects, 6), kw, q)
     np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
+
+
+@pytest.mark.parametrize("n_rows", [1, 40, _COMPILED_BELOW])  # the last one is past the compiled path
+def test_keyword_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, n_rows: int) -> None:
+    """Per-row sums over each row's own rectangle (the main server's re-costs): keyword sets of
+    0-4 ids with unknown ones among them, rows picked out of order and twice, a NaN bound."""
+    n_keywords = 7
+    objects = synthetic(rng, 600, n_keywords - 1)  # keyword 6 never occurs
+    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    sets = KeywordSets.from_lists(
+        [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
+         for _ in range(50)])
+    rows = rng.integers(0, 50, n_rows)
+    q = random_rects(rng, objects, n_rows)
+    if n_rows > 1:
+        q[1][0] = np.nan
+    member = membership(objects, n_keywords)
+    expected = np.zeros(n_rows, dtype=np.int64)
+    for i, r in enumerate(rows.tolist()):
+        kws = sets.row(r).astype(np.int64)
+        box = tuple(np.full(kws.shape[0], b[i]) for b in q)
+        expected[i] = brute_kw_rect(objects, member, kws, box).sum()
+    compiled = ObjectStatistics.from_arrays(arrays, kernel="numba").keyword_sums_in_rects(sets, rows, *q)
+    reference = ObjectStatistics.from_arrays(arrays, kernel="numpy").keyword_sums_in_rects(sets, rows, *q)
+    np.testing.assert_array_equal(compiled, expected)
+    np.testing.assert_array_equal(reference, expected)
+    assert n_rows == 1 or expected.any()  # not a batch of empty counts
+
+
+def test_keyword_sums_take_the_compiled_path_below_the_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
+    objects = synthetic(rng, 300, 4)
+    stats = ObjectStatistics.build(objects, 4)
+    calls: list[int] = []
+    real = stats_kernel.keyword_sums_in_rects
+
+    def counted(rows, *rest):  # noqa: ANN001, ANN002 - the kernel's own signature
+        calls.append(len(rows))
+        return real(rows, *rest)
+
+    monkeypatch.setattr(stats_kernel, "keyword_sums_in_rects", counted)
+    sets = KeywordSets.from_lists([[0, 1, 2, 3]] * 4)  # 4 entries per row
+    for n_rows in (3, _COMPILED_BELOW // 4 - 1, _COMPILED_BELOW // 4):
+        q = random_rects(rng, objects, n_rows)
+        stats.keyword_sums_in_rects(sets, np.zeros(n_rows, dtype=np.int64), *q)
+    assert calls == [3, _COMPILED_BELOW // 4 - 1]

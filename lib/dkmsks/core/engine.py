@@ -198,6 +198,11 @@ class Engine:
         ]
         self.last_t: int | None = None
         self.history: list[TimestampMetrics] = []
+        # Registration times up to this one are the initial subscriptions', whose costs are
+        # never re-estimated: only rows registered later are reported to the refresh.
+        # ``None``: report every changed row (before the initial phase, or once an
+        # insertion came with an earlier time than the initial phase's).
+        self._initial_t: int | None = None
         self._shared_probe = all(w.index.shared_probe for w in self.workers)
         refresh = getattr(assigner, "refresh", None)
         live = getattr(assigner, "new_cost", "live") != "paper"
@@ -233,6 +238,7 @@ class Engine:
             worker.index.maintain(worker.state, force=True)
             worker.state.advance(t0)
         self.last_t = t0
+        self._initial_t = t0
 
     # ------------------------------------------------------------------ one timestamp
     def step(
@@ -267,6 +273,8 @@ class Engine:
                 "the events file must only delete registered subscriptions"
             )
 
+        if len(insertions) and self._initial_t is not None and int(insertions.t.min()) <= self._initial_t:
+            self._initial_t = None
         c0 = clock()
         routed_ins = route_insertions(self.assigner, t, insertions)
         server_ins = clock() - c0
@@ -303,6 +311,8 @@ class Engine:
                 worker.state.advance(t)
             if self._refresh is not None and stats.updated_rows.shape[0]:
                 rows = stats.updated_rows[worker.state.in_use[stats.updated_rows]]
+                if self._initial_t is not None:
+                    rows = rows[worker.state.t[rows] > self._initial_t]
                 changed.append((worker.state.sub_id[rows].copy(), worker.state.radius2(rows)))
         time_refresh = 0.0
         if self._refresh is not None:

@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Objects
+from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Objects
 
 _MASKS = np.array([(1 << i) - 1 for i in range(64)], dtype=np.uint64)
 
@@ -450,6 +450,41 @@ class ObjectStatistics:
         p_lo = _search(self._kw_key, base + x_lo, "left")
         p_hi = _search(self._kw_key, base + x_hi, "left")
         return self._kw_matrix.count_between(p_lo, p_hi, y_lo, y_hi)
+
+    def keyword_sums_in_rects(
+        self,
+        keywords: KeywordSets,
+        rows: Int64Array,
+        xmin: Float64Array,
+        ymin: Float64Array,
+        xmax: Float64Array,
+        ymax: Float64Array,
+    ) -> Int64Array:
+        """Per row ``Σ_{λ ∈ ψ(rows[i])} |O_{R_i,λ}|`` with ``R_i`` rectangle ``i`` (Eq. 5 times
+        |O_init|, every subscription over its own rectangle: the main server's re-costs).
+
+        ``rows`` index ``keywords``; the four bounds have one entry per row. The counts are
+        :meth:`count_keyword_in_rects`' summed per row; a small batch without NaN bounds runs
+        as one compiled call (:func:`dkmsks.core.stats_kernel.keyword_sums_in_rects`).
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        xmin, ymin, xmax, ymax = (_as_f64(b) for b in (xmin, ymin, xmax, ymax))
+        n = rows.shape[0]
+        if n == 0 or self.n_objects == 0:
+            return np.zeros(n, dtype=np.int64)
+        lengths = keywords.ptr[rows + 1] - keywords.ptr[rows]
+        if self.kernel == "numba" and int(lengths.sum()) < _COMPILED_BELOW \
+                and not (np.isnan(xmin).any() or np.isnan(ymin).any() or np.isnan(xmax).any() or np.isnan(ymax).any()):
+            from dkmsks.core import stats_kernel
+
+            return stats_kernel.keyword_sums_in_rects(
+                rows, np.ascontiguousarray(keywords.ptr), np.ascontiguousarray(keywords.ids), self.n_keywords,
+                xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key, self._kw_matrix.stacked())
+        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        kw = keywords.take(rows).ids.astype(np.int64)
+        counts = self.count_keyword_in_rects(kw, xmin[owner], ymin[owner], xmax[owner], ymax[owner])
+        # bincount with float weights is exact here: every sum is far below 2**53.
+        return np.bincount(owner, weights=counts, minlength=n).astype(np.int64)
 
 
 def keyword_probability(stats: ObjectStatistics, kw: npt.ArrayLike) -> Float64Array:

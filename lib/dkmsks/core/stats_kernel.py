@@ -22,7 +22,7 @@ import numpy as np
 from dkmsks.core.kernel import HAVE_NUMBA, _jit
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["HAVE_NUMBA", "count_keyword_in_rects"]
+__all__ = ["HAVE_NUMBA", "count_keyword_in_rects", "keyword_sums_in_rects"]
 
 
 @_jit
@@ -136,3 +136,51 @@ def count_keyword_in_rects(
     return _count(np.ascontiguousarray(kw, dtype=np.int64), np.ascontiguousarray(xmin, dtype=np.float64),
                   np.ascontiguousarray(ymin, dtype=np.float64), np.ascontiguousarray(xmax, dtype=np.float64),
                   np.ascontiguousarray(ymax, dtype=np.float64), xs, ys, kw_key, words, before, n_zeros)
+
+
+@_jit
+def _sums(rows: Any, ptr: Any, ids: Any, n_keywords: int, xmin: Any, ymin: Any, xmax: Any, ymax: Any,
+          xs: Any, ys: Any, kw_key: Any, words: Any, before: Any, n_zeros: Any) -> Any:
+    n = rows.shape[0]
+    total = 0
+    for i in range(n):
+        total += ptr[rows[i] + 1] - ptr[rows[i]]
+    kw = np.empty(total, dtype=np.int64)
+    x0 = np.empty(total, dtype=np.float64)
+    y0 = np.empty(total, dtype=np.float64)
+    x1 = np.empty(total, dtype=np.float64)
+    y1 = np.empty(total, dtype=np.float64)
+    owner = np.empty(total, dtype=np.int64)
+    j = 0
+    for i in range(n):
+        for p in range(ptr[rows[i]], ptr[rows[i] + 1]):
+            k = ids[p]
+            if 0 <= k < n_keywords:  # an unknown keyword counts 0, as on the numpy path
+                kw[j], owner[j] = k, i
+                x0[j], y0[j], x1[j], y1[j] = xmin[i], ymin[i], xmax[i], ymax[i]
+                j += 1
+    out = np.zeros(n, dtype=np.int64)
+    if j == 0:
+        return out
+    counts = _count(kw[:j], x0[:j], y0[:j], x1[:j], y1[:j], xs, ys, kw_key, words, before, n_zeros)
+    for e in range(j):
+        out[owner[e]] += counts[e]
+    return out
+
+
+def keyword_sums_in_rects(
+    rows: Int64Array, ptr: Int64Array, ids: Any, n_keywords: int,
+    xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array,
+    xs: Float64Array, ys: Float64Array, kw_key: Int64Array, matrix: tuple[Any, Any, Any],
+) -> Int64Array:
+    """Per row ``Σ_{λ ∈ ψ(rows[i])} |O_{R_i,λ}|``, ``R_i = [xmin[i], xmax[i]] × [ymin[i], ymax[i]]``
+    (Eq. 5 times |O_init|, each subscription over its own rectangle), in one compiled call: the
+    keyword sets' CSR ``ptr``/``ids`` are expanded, counted and summed without the numpy
+    calls of :func:`~dkmsks.core.partition._common.keyword_rect_weights` (which dedupe
+    (rectangle, keyword) pairs: nothing to dedupe when every rectangle is its own). Rectangles
+    without NaN; ``matrix`` as for :func:`count_keyword_in_rects`."""
+    words, before, n_zeros = matrix
+    return _sums(np.ascontiguousarray(rows, dtype=np.int64), ptr, ids, n_keywords,
+                 np.ascontiguousarray(xmin, dtype=np.float64), np.ascontiguousarray(ymin, dtype=np.float64),
+                 np.ascontiguousarray(xmax, dtype=np.float64), np.ascontiguousarray(ymax, dtype=np.float64),
+                 xs, ys, kw_key, words, before, n_zeros)

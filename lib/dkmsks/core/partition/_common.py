@@ -182,6 +182,25 @@ def keyword_rect_weights(
     return np.bincount(owner, weights=per_entry, minlength=n).astype(np.int64)
 
 
+def keyword_box_weights(
+    stats: StatsLike,
+    keywords: KeywordSets,
+    rows: Int64Array,
+    x0: Float64Array,
+    y0: Float64Array,
+    x1: Float64Array,
+    y1: Float64Array,
+) -> Int64Array:
+    """Per row ``Σ_{λ ∈ s.ψ} |O_{R,λ}|`` with ``R`` row ``i``'s own box ``[x0, x1] × [y0, y1]``
+    (Eq. 5 times |O_init|): :func:`keyword_rect_weights` with one group per row, through the
+    statistics' one-call path where they have one (``keyword_sums_in_rects``)."""
+    sums = getattr(stats, "keyword_sums_in_rects", None)
+    if sums is not None:
+        return np.asarray(sums(keywords, rows, x0, y0, x1, y1), dtype=np.int64)
+    rect = np.stack([x0, y0, x1, y1], axis=1).reshape(-1, 4)
+    return keyword_rect_weights(stats, keywords, rows, np.arange(rect.shape[0], dtype=np.int64), rect)
+
+
 def keyword_weights(stats: StatsLike, keywords: KeywordSets, rows: Int64Array) -> Int64Array:
     """Per row ``Σ_{λ ∈ s.ψ} |O_λ|`` (Eq. 1 times |O_init|)."""
     rows = np.asarray(rows, dtype=np.int64)

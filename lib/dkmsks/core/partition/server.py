@@ -77,6 +77,7 @@ from dkmsks.core.model import (
 from dkmsks.core.partition._common import (
     StatsLike,
     ball_boxes,
+    keyword_box_weights,
     keyword_rect_weights,
     keyword_weights,
     knn_radius2,
@@ -462,16 +463,18 @@ class MainServer:
         rect = np.where((star >= 0)[:, None], self.plan.subsets.rect[np.maximum(star, 0)], rn)
         return keyword_rect_weights(self.stats, subs.keywords, rows, rows, rect), star
 
-    def ball_weights(self, subs: Subscriptions, radius2: npt.ArrayLike) -> Int64Array:
+    def ball_weights(
+        self, subs: Subscriptions, radius2: npt.ArrayLike, *, rows: npt.ArrayLike | None = None
+    ) -> Int64Array:
         """The method's cost ``· |O_init|`` of each subscription over the MBR of a given ball.
 
-        ``radius2[i]`` is the squared radius of ``subs[i]``'s ball (``inf`` while it has fewer
-        than ``k`` results: the whole data space). DkM-SKS: Eq. 5 with ``R`` = the ball's MBR;
-        SOP: Eq. 2 over it; KOP: Eq. 1 (no ball); PS²Stream: ``β`` (a count, no ball). This is
-        the ``"live"`` estimate.
+        ``radius2[i]`` is the squared radius of subscription ``rows[i]``'s ball (``rows``: every
+        row of ``subs`` by default; ``inf`` while it has fewer than ``k`` results: the whole
+        data space). DkM-SKS: Eq. 5 with ``R`` = the ball's MBR; SOP: Eq. 2 over it; KOP: Eq. 1
+        (no ball); PS²Stream: ``β`` (a count, no ball). This is the ``"live"`` estimate.
         """
-        n = len(subs)
-        rows = np.arange(n, dtype=np.int64)
+        rows = np.arange(len(subs), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        n = rows.shape[0]
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), (n,))
         if self.method is Method.PS2:
             return np.full(n, self._ps2_beta, dtype=np.int64)
@@ -480,20 +483,19 @@ class MainServer:
         out = np.zeros(n, dtype=np.int64)
         inf = ~np.isfinite(r2)
         fin = np.flatnonzero(~inf)
+        if fin.shape[0]:
+            at = rows[fin]
+            x0, y0, x1, y1 = ball_boxes(subs.x[at], subs.y[at], r2[fin].copy(), self.space)
         if self.method is Method.SOP:
             out[inf] = int(self.stats.n_objects)
             if fin.shape[0]:
-                x0, y0, x1, y1 = ball_boxes(subs.x[fin], subs.y[fin], r2[fin].copy(), self.space)
                 out[fin] = np.asarray(self.stats.count_in_rects(x0, y0, x1, y1), dtype=np.int64)
             return out
         if inf.any():
             # Over the whole data space Eq. 5 is Eq. 1 (O_init lies inside the space).
-            out[inf] = keyword_weights(self.stats, subs.keywords, np.flatnonzero(inf))
+            out[inf] = keyword_weights(self.stats, subs.keywords, rows[inf])
         if fin.shape[0]:
-            x0, y0, x1, y1 = ball_boxes(subs.x[fin], subs.y[fin], r2[fin].copy(), self.space)
-            rect = np.stack([x0, y0, x1, y1], axis=1)
-            own = np.arange(fin.shape[0], dtype=np.int64)
-            out[fin] = keyword_rect_weights(self.stats, subs.keywords, fin, own, rect)
+            out[fin] = keyword_box_weights(self.stats, subs.keywords, at, x0, y0, x1, y1)
         return out
 
     def estimate(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
@@ -604,12 +606,14 @@ class MainServer:
         if not pick.shape[0]:
             return 0
         at = rows[pick]
-        new_w = self.ball_weights(book.subs.take(at), r2[pick])
+        new_w = self.ball_weights(book.subs, r2[pick], rows=at)
         book.costed_r2[at] = r2[pick]
-        for sid, w_new in zip(ids[pick].tolist(), new_w.tolist(), strict=True):
-            worker, w_old = self._extra[sid]
-            self._load[worker] += w_new - w_old
-            self._extra[sid] = (worker, w_new)
+        sids = ids[pick].tolist()
+        old = [self._extra[sid] for sid in sids]
+        workers = np.array([o[0] for o in old], dtype=np.int64)
+        # Integer loads: the order of the additions does not matter.
+        np.add.at(self._load, workers, new_w - np.array([o[1] for o in old], dtype=np.int64))
+        self._extra.update(zip(sids, zip(workers.tolist(), new_w.tolist(), strict=True), strict=True))
         return int(pick.shape[0])
 
     def delete(self, sub_ids: npt.ArrayLike, *, missing: str = "raise") -> Int32Array:
