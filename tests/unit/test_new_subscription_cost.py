@@ -19,6 +19,7 @@ from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, Rect, SubscriptionEvents, Subscriptions, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.partition import MainServer, partition
+from dkmsks.core.protocol import route_insertions
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from partition_helpers import BruteStats, ball_box, random_world, space_of
@@ -95,6 +96,9 @@ def test_live_assign_costs_the_whole_space(world, method: str) -> None:
     assert server.load_weight.tolist() == loads
     workers, weights = server.lookup_weights(new.ids)
     assert workers.tolist() == expect_workers and weights.tolist() == expect_w
+    # Step 1b of the protocol reports the same workers and weights without looking them up.
+    routed = route_insertions(MainServer(plan, stats, None, new_cost="live"), 1, new)
+    assert routed.workers.tolist() == expect_workers and routed.weights.tolist() == expect_w
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -136,3 +136,42 @@ def test_keyword_sums_take_the_compiled_path_below_the_threshold_only(rng: np.ra
         q = random_rects(rng, objects, n_rows)
         stats.keyword_sums_in_rects(sets, np.zeros(n_rows, dtype=np.int64), *q)
     assert calls == [3, _COMPILED_BELOW // 4 - 1]
+
+
+@pytest.mark.parametrize("kind", ["real-like", "duplicates", "one value", "two clusters"])
+def test_bucketed_searches_equal_searchsorted(rng: np.random.Generator, kind: str) -> None:
+    """The x and y bounds of the compiled counts go through bucket tables: both sides equal
+    ``np.searchsorted`` for queries on data points, between them, beyond both ends and at ±inf."""
+    n = 5000
+    values = {
+        "real-like": rng.normal(-90.0, 15.0, n),
+        "duplicates": rng.integers(0, 30, n).astype(np.float64),
+        "one value": np.full(n, 2.5),
+        "two clusters": np.concatenate([rng.normal(0.0, 1e-9, n // 2), rng.normal(1e6, 1.0, n - n // 2)]),
+    }[kind]
+    values = np.sort(values)
+    starts, origin, scale = stats_kernel.axis_table(values)
+    assert starts[0] == 0 and starts[-1] == n and np.all(np.diff(starts) >= 0)
+    queries = np.concatenate([
+        rng.choice(values, 2000), rng.uniform(values[0] - 1.0, values[-1] + 1.0, 2000),
+        np.nextafter(rng.choice(values, 500), np.inf), np.nextafter(rng.choice(values, 500), -np.inf),
+        [-np.inf, np.inf, values[0], values[-1], origin, -1e300, 1e300],
+    ])
+    for right in (False, True):
+        got = stats_kernel._bounds_in_buckets(values, starts, origin, scale, queries, right)  # noqa: SLF001
+        np.testing.assert_array_equal(got, np.searchsorted(values, queries, side="right" if right else "left"))
+
+
+def test_bucketed_searches_of_integer_keys_equal_searchsorted(rng: np.random.Generator) -> None:
+    """``kw_key`` (keyword · (n + 1) + x-position) is searched through a table too: blocks of
+    keys far apart, as in the statistics, and queries on, between and around them."""
+    blocks = [k * 1_000_001 + np.sort(rng.choice(1_000_001, size, replace=False))
+              for k, size in ((0, 3000), (7, 5), (8, 20000), (900, 1))]
+    values = np.concatenate(blocks).astype(np.int64)
+    starts, origin, scale = stats_kernel.axis_table(values)
+    near = [rng.choice(values, 3000) + d for d in (0, 1, -1)]
+    queries = np.concatenate([*near, rng.integers(-5, int(values[-1]) + 5, 3000),
+                              [0, int(values[-1]), 2**62]]).astype(np.int64)
+    for right in (False, True):
+        got = stats_kernel._bounds_in_buckets(values, starts, origin, scale, queries, right)  # noqa: SLF001
+        np.testing.assert_array_equal(got, np.searchsorted(values, queries, side="right" if right else "left"))

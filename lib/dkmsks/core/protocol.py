@@ -108,6 +108,11 @@ def route_insertions(server: Any, t: int, insertions: Subscriptions, *, refuse: 
         insertions = insertions.take(np.flatnonzero(live < 0))
     if not len(insertions):
         return RoutedInsertions(int(t), insertions, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64), refused)
+    weighted = getattr(server, "assign_weighted", None)
+    if weighted is not None:  # (a MainServer: its weights without looking them up again)
+        workers, weights = weighted(insertions)
+        return RoutedInsertions(int(t), insertions, np.asarray(workers, dtype=np.int32),
+                                np.asarray(weights, dtype=np.int64), refused)
     workers = np.asarray(server.assign(insertions), dtype=np.int32)
     lookup = getattr(server, "lookup_weights", None)
     weights = (np.asarray(lookup(insertions.ids)[1], dtype=np.int64) if lookup is not None

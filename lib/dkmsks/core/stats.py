@@ -28,12 +28,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from multiprocessing import cpu_count
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Objects
+
+if TYPE_CHECKING:
+    from dkmsks.core import stats_kernel
 
 _MASKS = np.array([(1 << i) - 1 for i in range(64)], dtype=np.uint64)
 
@@ -266,6 +269,9 @@ class ObjectStatistics:
         self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
         self._kw_matrix = kw_matrix
         self._threads = cpu_count() if workers < 1 else workers
+        # The compiled counts' bucket tables of xs, ys and kw_key (stats_kernel.axis_table), built on
+        # first use and never saved or pickled.
+        self._axes: stats_kernel.Axes | None = None
 
     @classmethod
     def build(
@@ -316,6 +322,18 @@ class ObjectStatistics:
             kw_f = pool.submit(_WaveletMatrix, y_rank[owners[order]], n_bits)
             space, kw_matrix = space_f.result(), kw_f.result()
         return cls(xs, ys, counts, space, kw_key, kw_matrix, workers=workers, kernel=kernel)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_axes": None}
+
+    def _axis_tables(self) -> stats_kernel.Axes:
+        if getattr(self, "_axes", None) is None:  # (also a pickle of a version without them)
+            from dkmsks.core import stats_kernel
+
+            self._axes = (stats_kernel.axis_table(self._xs), stats_kernel.axis_table(self._ys),
+                          stats_kernel.axis_table(self._kw_key))
+        assert self._axes is not None
+        return self._axes
 
     def to_arrays(self) -> dict[str, npt.NDArray]:
         """The whole structure as named arrays (``np.savez``-able); :meth:`from_arrays` takes
@@ -441,7 +459,7 @@ class ObjectStatistics:
             from dkmsks.core import stats_kernel
 
             return stats_kernel.count_keyword_in_rects(kw_a, xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key,
-                                                       self._kw_matrix.stacked())
+                                                       self._kw_matrix.stacked(), self._axis_tables())
         x_lo, x_hi, y_lo, y_hi = self._rank_bounds(xmin, ymin, xmax, ymax)
         # The keyword's block is sorted by x-position; keys make the block boundaries part of
         # one global binary search (an x bound of n lies past every key of the block, before the
@@ -479,7 +497,8 @@ class ObjectStatistics:
 
             return stats_kernel.keyword_sums_in_rects(
                 rows, np.ascontiguousarray(keywords.ptr), np.ascontiguousarray(keywords.ids), self.n_keywords,
-                xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key, self._kw_matrix.stacked())
+                xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key, self._kw_matrix.stacked(),
+                self._axis_tables())
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         kw = keywords.take(rows).ids.astype(np.int64)
         counts = self.count_keyword_in_rects(kw, xmin[owner], ymin[owner], xmax[owner], ymax[owner])

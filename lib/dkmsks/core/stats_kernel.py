@@ -5,9 +5,11 @@ The main server re-costs a few hundred (keyword, ball) pairs per timestamp
 six binary searches per pair over arrays of ~10^6 entries and ~20 rank steps per pair in the
 wavelet matrix, each a numpy call over the batch. At that size the numpy calls wait for memory
 one after another: ``np.searchsorted`` follows one query's chain of dependent loads at a time,
-and each rank step is a separate call. Here every search advances all queries by one halving
-step per round (the steps are the same for every query, so one query's load never waits for
-another's), and the rank steps of all levels run in one compiled loop.
+and each rank step is a separate call. Here the six searches go through bucket tables of
+``xs``, ``ys`` and ``kw_key`` (:func:`axis_table`, about one entry per bucket), which put each
+answer within a bucket's few entries instead of ~20 halvings of the whole array, and the rank
+steps of all levels run in one compiled loop; the main server's re-costs sum per subscription
+in the same call (:func:`keyword_sums_in_rects`).
 
 The counts are the numpy path's, exactly: ``tests/unit/test_stats_kernel.py`` compares the two
 on random and on real data, and with full scans.
@@ -22,32 +24,73 @@ import numpy as np
 from dkmsks.core.kernel import HAVE_NUMBA, _jit
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["HAVE_NUMBA", "count_keyword_in_rects", "keyword_sums_in_rects"]
+__all__ = ["HAVE_NUMBA", "Axes", "axis_table", "count_keyword_in_rects", "keyword_sums_in_rects"]
+
+#: An :func:`axis_table`: bucket starts, origin and scale.
+AxisTable = tuple[Any, float, float]
+#: The tables of ``xs``, ``ys`` and ``kw_key`` the compiled counts search through.
+Axes = tuple[AxisTable, AxisTable, AxisTable]
 
 
 @_jit
-def _bounds(values: Any, queries: Any, right: bool) -> Any:
-    """``np.searchsorted(values, queries, side="right" if right else "left")``, every query one
-    halving step per round. ``values`` ascending, no NaN among ``values`` or ``queries``."""
-    m = queries.shape[0]
-    base = np.zeros(m, dtype=np.int64)
+def _bucket(v: float, origin: float, scale: float, n_buckets: int) -> int:
+    """The bucket of ``v`` in an :func:`axis_table`: non-decreasing in ``v`` (a subtraction,
+    a multiplication by ``scale >= 0`` and a clamp, each monotone under rounding). ``±inf``
+    times a zero scale is NaN: bucket 0, where every value is then."""
+    x = (v - origin) * scale
+    if x >= n_buckets - 1.0:
+        return n_buckets - 1
+    if x > 0.0:
+        return int(x)
+    return 0
+
+
+@_jit
+def _axis_starts(values: Any, origin: float, scale: float, n_buckets: int) -> Any:
+    starts = np.zeros(n_buckets + 1, dtype=np.int32)
+    for i in range(values.shape[0]):
+        starts[_bucket(values[i], origin, scale, n_buckets) + 1] += 1
+    for b in range(n_buckets):
+        starts[b + 1] += starts[b]
+    return starts
+
+
+def axis_table(values: Float64Array | Int64Array) -> tuple[Any, float, float]:
+    """``(starts, origin, scale)`` over ascending finite ``values`` (floats, or ints whose
+    conversion to float is just as monotone): bucket ``b`` (of about one
+    value each on average) holds positions ``[starts[b], starts[b + 1])``. Since the bucket of a
+    value never decreases with it, a value in a lower bucket than ``q`` is below ``q`` and one
+    in a higher bucket above it, so ``np.searchsorted(values, q)`` (either side) lies in
+    ``[starts[b], starts[b + 1]]`` for ``q``'s bucket ``b``: a search over a bucket instead
+    of ~20 halvings of the whole array."""
     n = values.shape[0]
-    if n == 0:
-        return base
-    # The answer lies in [base, base + size]; a step keeps the half that holds it.
-    size = n
-    while size > 1:
-        half = size // 2
-        for i in range(m):
-            v = values[base[i] + half]
-            if v <= queries[i] if right else v < queries[i]:
-                base[i] += half
-        size -= half
+    n_buckets = 1 << max(int(n).bit_length(), 1)
+    origin = float(values[0]) if n else 0.0
+    span = float(values[-1]) - origin if n else 0.0
+    scale = n_buckets / span if span > 0 and np.isfinite(span) else 0.0
+    return _axis_starts(values, origin, scale, n_buckets), origin, scale
+
+
+@_jit
+def _bounds_in_buckets(values: Any, starts: Any, origin: float, scale: float, queries: Any, right: bool) -> Any:
+    """``_bounds`` through an :func:`axis_table` (no NaN among ``queries``)."""
+    m = queries.shape[0]
+    n_buckets = starts.shape[0] - 1
+    out = np.empty(m, dtype=np.int64)
     for i in range(m):
-        v = values[base[i]]
-        if v <= queries[i] if right else v < queries[i]:
-            base[i] += 1
-    return base
+        q = queries[i]
+        b = _bucket(q, origin, scale, n_buckets)
+        a = np.int64(starts[b])
+        e = np.int64(starts[b + 1])
+        while a < e:
+            mid = (a + e) >> 1
+            v = values[mid]
+            if v <= q if right else v < q:
+                a = mid + 1
+            else:
+                e = mid
+        out[i] = a
+    return out
 
 
 @_jit
@@ -103,14 +146,15 @@ def _count_less(words: Any, before: Any, n_zeros: Any, v: Any, lo: Any, hi: Any)
 
 @_jit
 def _count(kw: Any, xmin: Any, ymin: Any, xmax: Any, ymax: Any, xs: Any, ys: Any, kw_key: Any,
-           words: Any, before: Any, n_zeros: Any) -> Any:
-    x_lo = _bounds(xs, xmin, False)
-    x_hi = _bounds(xs, xmax, True)
-    y_lo = _bounds(ys, ymin, False)
-    y_hi = _bounds(ys, ymax, True)
+           words: Any, before: Any, n_zeros: Any, x_starts: Any, x_origin: float, x_scale: float,
+           y_starts: Any, y_origin: float, y_scale: float, k_starts: Any, k_origin: float, k_scale: float) -> Any:
+    x_lo = _bounds_in_buckets(xs, x_starts, x_origin, x_scale, xmin, False)
+    x_hi = _bounds_in_buckets(xs, x_starts, x_origin, x_scale, xmax, True)
+    y_lo = _bounds_in_buckets(ys, y_starts, y_origin, y_scale, ymin, False)
+    y_hi = _bounds_in_buckets(ys, y_starts, y_origin, y_scale, ymax, True)
     base = kw * (xs.shape[0] + 1)
-    p_lo = _bounds(kw_key, base + x_lo, False)
-    p_hi = _bounds(kw_key, base + x_hi, False)
+    p_lo = _bounds_in_buckets(kw_key, k_starts, k_origin, k_scale, base + x_lo, False)
+    p_hi = _bounds_in_buckets(kw_key, k_starts, k_origin, k_scale, base + x_hi, False)
     m = kw.shape[0]
     # count_between: values in [y_lo, y_hi) among positions [p_lo, p_hi), as two "less than"s.
     v = np.empty(2 * m, dtype=np.int64)
@@ -128,19 +172,23 @@ def _count(kw: Any, xmin: Any, ymin: Any, xmax: Any, ymax: Any, xs: Any, ys: Any
 def count_keyword_in_rects(
     kw: Int64Array, xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array,
     xs: Float64Array, ys: Float64Array, kw_key: Int64Array, matrix: tuple[Any, Any, Any],
+    axes: Axes,
 ) -> Int64Array:
     """``ObjectStatistics._count_keyword_in_rects`` compiled: ``kw`` valid keyword ids, the
     rectangles without NaN, ``matrix`` the keyword wavelet matrix as stacked level arrays
-    (``_WaveletMatrix.stacked``)."""
+    (``_WaveletMatrix.stacked``), ``axes`` the :func:`axis_table` of ``xs``, ``ys`` and ``kw_key``."""
     words, before, n_zeros = matrix
     return _count(np.ascontiguousarray(kw, dtype=np.int64), np.ascontiguousarray(xmin, dtype=np.float64),
                   np.ascontiguousarray(ymin, dtype=np.float64), np.ascontiguousarray(xmax, dtype=np.float64),
-                  np.ascontiguousarray(ymax, dtype=np.float64), xs, ys, kw_key, words, before, n_zeros)
+                  np.ascontiguousarray(ymax, dtype=np.float64), xs, ys, kw_key, words, before, n_zeros,
+                  *axes[0], *axes[1], *axes[2])
 
 
 @_jit
 def _sums(rows: Any, ptr: Any, ids: Any, n_keywords: int, xmin: Any, ymin: Any, xmax: Any, ymax: Any,
-          xs: Any, ys: Any, kw_key: Any, words: Any, before: Any, n_zeros: Any) -> Any:
+          xs: Any, ys: Any, kw_key: Any, words: Any, before: Any, n_zeros: Any, x_starts: Any, x_origin: float,
+          x_scale: float, y_starts: Any, y_origin: float, y_scale: float, k_starts: Any, k_origin: float,
+          k_scale: float) -> Any:
     n = rows.shape[0]
     total = 0
     for i in range(n):
@@ -162,7 +210,8 @@ def _sums(rows: Any, ptr: Any, ids: Any, n_keywords: int, xmin: Any, ymin: Any, 
     out = np.zeros(n, dtype=np.int64)
     if j == 0:
         return out
-    counts = _count(kw[:j], x0[:j], y0[:j], x1[:j], y1[:j], xs, ys, kw_key, words, before, n_zeros)
+    counts = _count(kw[:j], x0[:j], y0[:j], x1[:j], y1[:j], xs, ys, kw_key, words, before, n_zeros,
+                    x_starts, x_origin, x_scale, y_starts, y_origin, y_scale, k_starts, k_origin, k_scale)
     for e in range(j):
         out[owner[e]] += counts[e]
     return out
@@ -172,15 +221,16 @@ def keyword_sums_in_rects(
     rows: Int64Array, ptr: Int64Array, ids: Any, n_keywords: int,
     xmin: Float64Array, ymin: Float64Array, xmax: Float64Array, ymax: Float64Array,
     xs: Float64Array, ys: Float64Array, kw_key: Int64Array, matrix: tuple[Any, Any, Any],
+    axes: Axes,
 ) -> Int64Array:
     """Per row ``Σ_{λ ∈ ψ(rows[i])} |O_{R_i,λ}|``, ``R_i = [xmin[i], xmax[i]] × [ymin[i], ymax[i]]``
     (Eq. 5 times |O_init|, each subscription over its own rectangle), in one compiled call: the
     keyword sets' CSR ``ptr``/``ids`` are expanded, counted and summed without the numpy
     calls of :func:`~dkmsks.core.partition._common.keyword_rect_weights` (which dedupe
     (rectangle, keyword) pairs: nothing to dedupe when every rectangle is its own). Rectangles
-    without NaN; ``matrix`` as for :func:`count_keyword_in_rects`."""
+    without NaN; ``matrix`` and ``axes`` as for :func:`count_keyword_in_rects`."""
     words, before, n_zeros = matrix
     return _sums(np.ascontiguousarray(rows, dtype=np.int64), ptr, ids, n_keywords,
                  np.ascontiguousarray(xmin, dtype=np.float64), np.ascontiguousarray(ymin, dtype=np.float64),
                  np.ascontiguousarray(xmax, dtype=np.float64), np.ascontiguousarray(ymax, dtype=np.float64),
-                 xs, ys, kw_key, words, before, n_zeros)
+                 xs, ys, kw_key, words, before, n_zeros, *axes[0], *axes[1], *axes[2])

@@ -406,7 +406,11 @@ class MainServer:
 
     def lookup_weights(self, sub_ids: npt.ArrayLike) -> tuple[Int32Array, Int64Array]:
         """Worker and integer weight of live subscriptions (``-1``/``-1`` if not live)."""
-        ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
+        _, workers, weights = self._lookup(np.atleast_1d(np.asarray(sub_ids, dtype=np.int64)))
+        return workers, weights
+
+    def _lookup(self, ids: Int64Array) -> tuple[Int64Array, Int32Array, Int64Array]:
+        """:meth:`lookup_weights` and each id's live initial row (``-1``: none)."""
         rows = self._initial_rows(ids)
         workers = np.full(ids.shape[0], -1, dtype=np.int32)
         weights = np.full(ids.shape[0], -1, dtype=np.int64)
@@ -414,11 +418,13 @@ class MainServer:
         workers[hit] = self._worker[rows[hit]]
         weights[hit] = self._weight[rows[hit]]
         if self._extra:
-            for i in np.flatnonzero(~hit):
-                e = self._extra.get(int(ids[i]))
-                if e is not None:
-                    workers[i], weights[i] = e
-        return workers, weights
+            miss = np.flatnonzero(~hit)
+            none = (-1, -1)
+            found = [self._extra.get(sid, none) for sid in ids[miss].tolist()]
+            if found:
+                workers[miss] = [f[0] for f in found]
+                weights[miss] = [f[1] for f in found]
+        return rows, workers, weights
 
     # ---- estimates -----------------------------------------------------------------------
     def query_rects(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
@@ -504,6 +510,10 @@ class MainServer:
 
     # ---- insertions and deletions --------------------------------------------------------
     def assign(self, subs: Subscriptions, *, knn: Any = None) -> Int32Array:
+        """:meth:`assign_weighted`'s workers."""
+        return self.assign_weighted(subs, knn=knn)[0]
+
+    def assign_weighted(self, subs: Subscriptions, *, knn: Any = None) -> tuple[Int32Array, Int64Array]:
         """Register new subscriptions: estimate each cost and give each, in input order, to
         the least-loaded worker (lowest index on ties), updating ``C(w)``. PS²Stream: weight
         ``β``, no estimate (or, with ``ps2_new="route"``, the home leaf's worker).
@@ -518,11 +528,12 @@ class MainServer:
 
         Returns
         -------
-        int32 worker of each subscription.
+        int32 worker and int64 weight (what :meth:`lookup_weights` reports next) of each
+        subscription.
         """
         ids = subs.ids.astype(np.int64)
         if ids.shape[0] == 0:
-            return np.zeros(0, dtype=np.int32)
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
         if has_duplicates(ids):
             raise ValueError("assign got the same subscription id twice")
         live, _ = self.lookup_weights(ids)
@@ -541,11 +552,11 @@ class MainServer:
             workers, self._load = assign_in_order(
                 weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
             )
-        for sid, w, c in zip(ids.tolist(), workers.tolist(), weights.tolist(), strict=True):
-            self._extra[sid] = (w, c)
+        self._extra.update(zip(ids.tolist(), zip(workers.tolist(), np.asarray(weights).tolist(), strict=True),
+                               strict=True))
         if self.new_cost == "live" and self.method is not Method.PS2:
             self._balls.add(subs)
-        return workers
+        return workers, np.asarray(weights, dtype=np.int64)
 
     def _ps2_workers(self, subs: Subscriptions) -> Int32Array:
         """docs/design.md §2.5: in input order, each to ``argmin C(w)`` (lowest id on ties), or to
@@ -636,12 +647,11 @@ class MainServer:
         ids = np.atleast_1d(np.asarray(sub_ids, dtype=np.int64))
         if has_duplicates(ids):
             raise ValueError("delete got the same subscription id twice")
-        workers, weights = self.lookup_weights(ids)
+        rows, workers, weights = self._lookup(ids)
         if missing == "raise" and np.any(workers < 0):
             raise KeyError(f"subscriptions not live: {ids[workers < 0][:5].tolist()}")
         found = workers >= 0
         np.subtract.at(self._load, workers[found], weights[found])
-        rows = self._initial_rows(ids)
         self._alive[rows[rows >= 0]] = False
         new = ids[found & (rows < 0)]
         for sid in new.tolist():
