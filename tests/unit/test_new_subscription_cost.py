@@ -249,3 +249,23 @@ def test_refresh_waits_until_the_ball_has_shrunk_to_refresh_shrink(world, method
     for bad in (0.0, 1.5, -1.0):
         with pytest.raises(ValueError, match="refresh_shrink"):
             MainServer(plan, stats, None, new_cost="live", refresh_shrink=bad)
+
+
+def test_initial_ids_are_found_alike_under_both_kernels(world) -> None:
+    """Under numba the main server finds initial ids through a bucket table: the same workers
+    and weights as numpy's binary search, for live, deleted, unknown and extreme ids."""
+    objects, subs, space, stats, index, knn, new = world
+    plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=20, gamma2=8)
+    servers = [MainServer(plan, ObjectStatistics.from_arrays(stats.to_arrays(), kernel=k), None)
+               for k in ("numba", "numpy")]
+    rng = np.random.default_rng(5)
+    ids = np.concatenate([plan.sub_ids, plan.sub_ids + 1, rng.integers(-10, int(plan.sub_ids.max()) + 10, 500),
+                          [np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0]]).astype(np.int64)
+    for server in servers:
+        server.delete(plan.sub_ids[::7])
+    (wa, ca), (wb, cb) = (s.lookup_weights(ids) for s in servers)
+    np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(ca, cb)
+    assert (wa[: len(plan.sub_ids)] >= 0).sum() == len(plan.sub_ids) - len(plan.sub_ids[::7])
+    assert getattr(servers[0], "_id_table", None) is not None  # the table was searched
+    assert getattr(servers[1], "_id_table", None) is None

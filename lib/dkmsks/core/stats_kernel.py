@@ -24,7 +24,7 @@ import numpy as np
 from dkmsks.core.kernel import HAVE_NUMBA, _jit
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["HAVE_NUMBA", "Axes", "axis_table", "count_keyword_in_rects", "keyword_sums_in_rects"]
+__all__ = ["HAVE_NUMBA", "Axes", "axis_table", "bounds_in_buckets", "count_keyword_in_rects", "keyword_sums_in_rects"]
 
 #: An :func:`axis_table`: bucket starts, origin and scale.
 AxisTable = tuple[Any, float, float]
@@ -91,6 +91,13 @@ def _bounds_in_buckets(values: Any, starts: Any, origin: float, scale: float, qu
                 e = mid
         out[i] = a
     return out
+
+
+def bounds_in_buckets(values: Any, table: AxisTable, queries: Any, *, right: bool = False) -> Int64Array:
+    """``np.searchsorted(values, queries, side=...)`` through ``table = axis_table(values)``
+    (no NaN among ``queries``)."""
+    starts, origin, scale = table
+    return _bounds_in_buckets(values, starts, origin, scale, queries, right)
 
 
 @_jit
