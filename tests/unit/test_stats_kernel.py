@@ -21,6 +21,19 @@ from test_stats import brute_kw_rect, membership, random_rects, synthetic
 pytestmark = pytest.mark.unit
 
 
+def _count_calls(monkeypatch, name: str) -> list[int]:  # noqa: ANN001 - pytest's fixture
+    """Spy on the compiled kernel ``name``: the length of its first argument at each call."""
+    calls: list[int] = []
+    real = getattr(stats_kernel, name)
+
+    def counted(first, *rest):  # noqa: ANN001, ANN002, ANN202 - the kernel's own signature
+        calls.append(len(first))
+        return real(first, *rest)
+
+    monkeypatch.setattr(stats_kernel, name, counted)
+    return calls
+
+
 def _both(stats_arrays: dict, kw, q) -> tuple[np.ndarray, np.ndarray]:
     compiled = ObjectStatistics.from_arrays(stats_arrays, kernel="numba")
     reference = ObjectStatistics.from_arrays(stats_arrays, kernel="numpy")
@@ -58,14 +71,7 @@ def test_a_real_data_slice(rng: np.random.Generator) -> None:
 def test_the_compiled_path_runs_below_its_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
     objects = synthetic(rng, 400, 5)
     stats = ObjectStatistics.build(objects, 5)
-    calls: list[int] = []
-    real = stats_kernel.count_keyword_in_rects
-
-    def counted(kw, *rest):  # noqa: ANN001, ANN002 - the kernel's own signature
-        calls.append(len(kw))
-        return real(kw, *rest)
-
-    monkeypatch.setattr(stats_kernel, "count_keyword_in_rects", counted)
+    calls = _count_calls(monkeypatch, "count_keyword_in_rects")
     expected_of = membership(objects, 5)
     for m in (1, _COMPILED_BELOW - 1, _COMPILED_BELOW):
         q = random_rects(rng, objects, m)
@@ -123,14 +129,7 @@ def test_keyword_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generat
 def test_keyword_sums_take_the_compiled_path_below_the_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
     objects = synthetic(rng, 300, 4)
     stats = ObjectStatistics.build(objects, 4)
-    calls: list[int] = []
-    real = stats_kernel.keyword_sums_in_rects
-
-    def counted(rows, *rest):  # noqa: ANN001, ANN002 - the kernel's own signature
-        calls.append(len(rows))
-        return real(rows, *rest)
-
-    monkeypatch.setattr(stats_kernel, "keyword_sums_in_rects", counted)
+    calls = _count_calls(monkeypatch, "keyword_sums_in_rects")
     sets = KeywordSets.from_lists([[0, 1, 2, 3]] * 4)  # 4 entries per row
     for n_rows in (3, _COMPILED_BELOW // 4 - 1, _COMPILED_BELOW // 4):
         q = random_rects(rng, objects, n_rows)

@@ -326,14 +326,20 @@ class ObjectStatistics:
     def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_axes": None}
 
+    def _compiled(self, n_counts: int, *bounds: Float64Array) -> bool:
+        """Whether a batch of ``n_counts`` Eq. 4 counts takes the compiled path: under numba,
+        small, and no NaN among the rectangles' ``bounds``."""
+        return (self.kernel == "numba" and n_counts < _COMPILED_BELOW
+                and not any(np.isnan(b).any() for b in bounds))
+
     def _axis_tables(self) -> stats_kernel.Axes:
-        if getattr(self, "_axes", None) is None:  # (also a pickle of a version without them)
+        axes = getattr(self, "_axes", None)  # (also absent from a pickle of a version without them)
+        if axes is None:
             from dkmsks.core import stats_kernel
 
-            self._axes = (stats_kernel.axis_table(self._xs), stats_kernel.axis_table(self._ys),
-                          stats_kernel.axis_table(self._kw_key))
-        assert self._axes is not None
-        return self._axes
+            axes = self._axes = (stats_kernel.axis_table(self._xs), stats_kernel.axis_table(self._ys),
+                                 stats_kernel.axis_table(self._kw_key))
+        return axes
 
     def to_arrays(self) -> dict[str, npt.NDArray]:
         """The whole structure as named arrays (``np.savez``-able); :meth:`from_arrays` takes
@@ -454,8 +460,7 @@ class ObjectStatistics:
         xmax: Float64Array,
         ymax: Float64Array,
     ) -> Int64Array:
-        if self.kernel == "numba" and kw_a.shape[0] < _COMPILED_BELOW \
-                and not (np.isnan(xmin).any() or np.isnan(ymin).any() or np.isnan(xmax).any() or np.isnan(ymax).any()):
+        if self._compiled(kw_a.shape[0], xmin, ymin, xmax, ymax):
             from dkmsks.core import stats_kernel
 
             return stats_kernel.count_keyword_in_rects(kw_a, xmin, ymin, xmax, ymax, self._xs, self._ys, self._kw_key,
@@ -491,8 +496,7 @@ class ObjectStatistics:
         if n == 0 or self.n_objects == 0:
             return np.zeros(n, dtype=np.int64)
         lengths = keywords.ptr[rows + 1] - keywords.ptr[rows]
-        if self.kernel == "numba" and int(lengths.sum()) < _COMPILED_BELOW \
-                and not (np.isnan(xmin).any() or np.isnan(ymin).any() or np.isnan(xmax).any() or np.isnan(ymax).any()):
+        if self._compiled(int(lengths.sum()), xmin, ymin, xmax, ymax):
             from dkmsks.core import stats_kernel
 
             return stats_kernel.keyword_sums_in_rects(

@@ -55,7 +55,7 @@ def _axis_starts(values: Any, origin: float, scale: float, n_buckets: int) -> An
     return starts
 
 
-def axis_table(values: Float64Array | Int64Array) -> tuple[Any, float, float]:
+def axis_table(values: Float64Array | Int64Array) -> AxisTable:
     """``(starts, origin, scale)`` over ascending finite ``values`` (floats, or ints whose
     conversion to float is just as monotone): bucket ``b`` (of about one
     value each on average) holds positions ``[starts[b], starts[b + 1])``. Since the bucket of a
@@ -73,7 +73,8 @@ def axis_table(values: Float64Array | Int64Array) -> tuple[Any, float, float]:
 
 @_jit
 def _bounds_in_buckets(values: Any, starts: Any, origin: float, scale: float, queries: Any, right: bool) -> Any:
-    """``_bounds`` through an :func:`axis_table` (no NaN among ``queries``)."""
+    """``np.searchsorted(values, queries, side="right" if right else "left")`` through an
+    :func:`axis_table` of ``values`` (no NaN among ``queries``)."""
     m = queries.shape[0]
     n_buckets = starts.shape[0] - 1
     out = np.empty(m, dtype=np.int64)
