@@ -59,7 +59,6 @@ once its radius has halved (``GridIndex``). Measured on the Twitter stand-in (|O
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -83,9 +82,15 @@ from dkmsks.core.partition._common import (
     knn_radius2,
 )
 from dkmsks.core.partition.greedy import assign_in_order
+from dkmsks.core.partition.new_book import (
+    NewSubscriptionBook,
+    ball_boxes_compiled,
+    pick_recosts,
+    pick_recosts_numpy,
+)
 from dkmsks.core.partition.plan import Method, PartitionPlan
 from dkmsks.core.partition.ps2 import route_home
-from dkmsks.core.sets import has_duplicates, member
+from dkmsks.core.sets import has_duplicates
 
 __all__ = ["MainServer", "RectIndex"]
 
@@ -240,62 +245,6 @@ class RectIndex:
         return best, best_a
 
 
-class _LiveBalls:
-    """The live new subscriptions of ``new_cost="live"``, as columns: each one's subscription
-    (location, keywords) and the squared radius its cost was last computed with (``inf`` until
-    the first re-cost), found by id through a sorted index.
-
-    :meth:`MainServer.refresh` gets a few thousand changed ids per timestamp, most of them
-    initial subscriptions: one binary search finds the new ones and one vectorised test picks
-    those to re-cost, where a dict per subscription took a Python step per id. Rows are
-    appended in registration order; a deletion only leaves the index, and the columns drop
-    their dead rows once these outnumber the live ones.
-    """
-
-    #: Dead rows tolerated before the columns are compacted, whatever the live count.
-    SLACK = 1024
-
-    def __init__(self) -> None:
-        empty = np.zeros(0, dtype=np.int64)
-        self.subs = Subscriptions(empty, np.zeros(0), np.zeros(0),
-                                  KeywordSets(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32)),
-                                  np.zeros(0, dtype=np.int32), empty)
-        self.costed_r2 = np.zeros(0)
-        self._ids = empty  # live ids, ascending
-        self._rows = empty  # the column row of each
-
-    def __len__(self) -> int:
-        return int(self._ids.shape[0])
-
-    def add(self, subs: Subscriptions) -> None:
-        """Register ``subs`` (ids not held yet), never costed by a ball."""
-        rows = len(self.subs) + np.arange(len(subs), dtype=np.int64)
-        self.subs = Subscriptions.concat([self.subs, subs])
-        self.costed_r2 = np.concatenate([self.costed_r2, np.full(len(subs), np.inf)])
-        order = np.argsort(subs.ids, kind="stable")
-        at = np.searchsorted(self._ids, subs.ids[order])
-        self._ids = np.insert(self._ids, at, subs.ids[order])
-        self._rows = np.insert(self._rows, at, rows[order])
-
-    def remove(self, ids: Int64Array) -> None:
-        """Forget ``ids`` (ids not held are ignored)."""
-        gone = member(self._ids, ids)
-        if not gone.any():
-            return
-        self._ids, self._rows = self._ids[~gone], self._rows[~gone]
-        if len(self.subs) - len(self) > max(len(self), self.SLACK):
-            keep = np.sort(self._rows)
-            self.subs, self.costed_r2 = self.subs.take(keep), self.costed_r2[keep]
-            self._rows = np.searchsorted(keep, self._rows)
-
-    def find(self, ids: Int64Array) -> Int64Array:
-        """Column row of each of ``ids``, ``-1`` where it is not a live new subscription."""
-        if self._ids.shape[0] == 0:
-            return np.full(ids.shape[0], -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._ids, ids), self._ids.shape[0] - 1)
-        return np.where(self._ids[at] == ids, self._rows[at], -1)
-
-
 class MainServer:
     """Assignment of new subscriptions and deletions with per-worker loads ``C(w)``.
 
@@ -366,9 +315,8 @@ class MainServer:
         self._worker = (plan.worker if order is None else plan.worker[order]).astype(np.int32, copy=False)
         self._weight = (plan.weight if order is None else plan.weight[order]).astype(np.int64, copy=False)
         self._alive = np.ones(self._ids.shape[0], dtype=bool)
-        self._extra: dict[int, tuple[int, int]] = {}
-        # "live" only: location, keywords and last costed radius² of each live new subscription.
-        self._balls = _LiveBalls()
+        # Subscriptions registered later: worker, weight and (for "live" costs) ball of each.
+        self._book = NewSubscriptionBook()
         self._rect_index: RectIndex | None = None
         if self.method is Method.DKM:
             self._rect_index = RectIndex(plan.subsets.rect, plan.space)
@@ -387,13 +335,17 @@ class MainServer:
         return self._load / self._scale
 
     def __len__(self) -> int:
-        return int(self._alive.sum()) + len(self._extra)
+        return int(self._alive.sum()) + len(self._book)
+
+    def _compiled(self) -> bool:
+        """Whether the numba kernels run here (the statistics' choice, numpy without them)."""
+        return getattr(self.stats, "kernel", "numpy") == "numba"
 
     def _search_ids(self, ids: Int64Array) -> Int64Array:
         """``np.searchsorted(self._ids, ids)``; under the numba kernels through a bucket table
         of the initial ids (built on first use), as the compiled Eq. 4 counts search: a
         timestamp's hundred deletions each wait for ~20 cold loads in a million ids otherwise."""
-        if getattr(self.stats, "kernel", "numpy") != "numba" or ids.shape[0] == 0:
+        if not self._compiled() or ids.shape[0] == 0:
             return np.searchsorted(self._ids, ids)
         from dkmsks.core import stats_kernel
 
@@ -430,13 +382,12 @@ class MainServer:
         hit = rows >= 0
         workers[hit] = self._worker[rows[hit]]
         weights[hit] = self._weight[rows[hit]]
-        if self._extra:
+        if len(self._book):
             miss = np.flatnonzero(~hit)
-            none = (-1, -1)
-            found = [self._extra.get(sid, none) for sid in ids[miss].tolist()]
-            if found:
-                workers[miss] = [f[0] for f in found]
-                weights[miss] = [f[1] for f in found]
+            at = self._book.find(ids[miss])
+            got = at >= 0
+            workers[miss[got]] = self._book.worker[at[got]]
+            weights[miss[got]] = self._book.weight[at[got]]
         return rows, workers, weights
 
     # ---- estimates -----------------------------------------------------------------------
@@ -493,18 +444,24 @@ class MainServer:
         (no ball); PS²Stream: ``β`` (a count, no ball). This is the ``"live"`` estimate.
         """
         rows = np.arange(len(subs), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), (rows.shape[0],))
+        return self._ball_weights(subs.x, subs.y, subs.keywords, rows, r2)
+
+    def _ball_weights(self, x: Float64Array, y: Float64Array, keywords: KeywordSets, rows: Int64Array,
+                      r2: Float64Array) -> Int64Array:
+        """:meth:`ball_weights` of rows ``rows`` of the columns ``x``, ``y``, ``keywords``."""
         n = rows.shape[0]
-        r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), (n,))
         if self.method is Method.PS2:
             return np.full(n, self._ps2_beta, dtype=np.int64)
         if self.method is Method.KOP:
-            return keyword_weights(self.stats, subs.keywords, rows)
+            return keyword_weights(self.stats, keywords, rows)
         out = np.zeros(n, dtype=np.int64)
         inf = ~np.isfinite(r2)
         fin = np.flatnonzero(~inf)
         if fin.shape[0]:
             at = rows[fin]
-            x0, y0, x1, y1 = ball_boxes(subs.x[at], subs.y[at], r2[fin].copy(), self.space)
+            boxes = ball_boxes_compiled if self._compiled() else ball_boxes
+            x0, y0, x1, y1 = boxes(x[at], y[at], r2[fin].copy(), self.space)
         if self.method is Method.SOP:
             out[inf] = int(self.stats.n_objects)
             if fin.shape[0]:
@@ -512,9 +469,9 @@ class MainServer:
             return out
         if inf.any():
             # Over the whole data space Eq. 5 is Eq. 1 (O_init lies inside the space).
-            out[inf] = keyword_weights(self.stats, subs.keywords, rows[inf])
+            out[inf] = keyword_weights(self.stats, keywords, rows[inf])
         if fin.shape[0]:
-            out[fin] = keyword_box_weights(self.stats, subs.keywords, at, x0, y0, x1, y1)
+            out[fin] = keyword_box_weights(self.stats, keywords, at, x0, y0, x1, y1)
         return out
 
     def estimate(self, subs: Subscriptions, *, knn: Any = None) -> Float64Array:
@@ -565,11 +522,9 @@ class MainServer:
             workers, self._load = assign_in_order(
                 weights, np.arange(ids.shape[0]), self.m, initial_loads=self._load
             )
-        self._extra.update(zip(ids.tolist(), zip(workers.tolist(), np.asarray(weights).tolist(), strict=True),
-                               strict=True))
-        if self.new_cost == "live" and self.method is not Method.PS2:
-            self._balls.add(subs)
-        return workers, np.asarray(weights, dtype=np.int64)
+        weights = np.asarray(weights, dtype=np.int64)
+        self._book.add(ids, workers, weights, subs.x, subs.y, subs.keywords)
+        return workers, weights
 
     def _ps2_workers(self, subs: Subscriptions) -> Int32Array:
         """docs/design.md §2.5: in input order, each to ``argmin C(w)`` (lowest id on ties), or to
@@ -616,28 +571,23 @@ class MainServer:
         r2 = np.broadcast_to(np.asarray(radius2, dtype=np.float64), ids.shape)
         if ids.shape[0] != r2.shape[0]:
             raise ValueError("refresh needs one radius² per subscription id")
-        if self.new_cost != "live" or not len(self._balls) or self.method in (Method.KOP, Method.PS2):
+        if self.new_cost != "live" or not len(self._book) or self.method in (Method.KOP, Method.PS2):
             return 0  # (Eq. 1 and PS²Stream's counts do not depend on the ball)
-        if has_duplicates(ids):
-            raise ValueError("refresh got the same subscription id twice")
         # Only balls that became finite or shrank enough since they were last costed. Most
         # changed balls belong to initial subscriptions, which are never re-costed.
-        book = self._balls
-        rows = book.find(ids)
-        new = np.flatnonzero(rows >= 0)
-        last, r = book.costed_r2[rows[new]], r2[new]
-        pick = new[(r != last) & ((last == math.inf) | (r <= self.refresh_shrink * last))]
+        book = self._book
+        pick_in = pick_recosts if self._compiled() else pick_recosts_numpy
+        repeated, pick, at = pick_in(book, ids, np.ascontiguousarray(r2), self.refresh_shrink)
+        if repeated:
+            raise ValueError("refresh got the same subscription id twice")
         if not pick.shape[0]:
             return 0
-        at = rows[pick]
-        new_w = self.ball_weights(book.subs, r2[pick], rows=at)
-        book.costed_r2[at] = r2[pick]
-        sids = ids[pick].tolist()
-        old = [self._extra[sid] for sid in sids]
-        workers = np.array([o[0] for o in old], dtype=np.int64)
+        r = r2[pick]
+        new_w = self._ball_weights(book.x, book.y, book.keywords, at, r)
+        book.costed_r2[at] = r
         # Integer loads: the order of the additions does not matter.
-        np.add.at(self._load, workers, new_w - np.array([o[1] for o in old], dtype=np.int64))
-        self._extra.update(zip(sids, zip(workers.tolist(), new_w.tolist(), strict=True), strict=True))
+        np.add.at(self._load, book.worker[at], new_w - book.weight[at])
+        book.weight[at] = new_w
         return int(pick.shape[0])
 
     def delete(self, sub_ids: npt.ArrayLike, *, missing: str = "raise") -> Int32Array:
@@ -666,9 +616,5 @@ class MainServer:
         found = workers >= 0
         np.subtract.at(self._load, workers[found], weights[found])
         self._alive[rows[rows >= 0]] = False
-        new = ids[found & (rows < 0)]
-        for sid in new.tolist():
-            del self._extra[sid]
-        if len(self._balls):
-            self._balls.remove(new)
+        self._book.remove(ids[found & (rows < 0)])
         return workers
