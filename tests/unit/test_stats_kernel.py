@@ -126,6 +126,28 @@ def test_keyword_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generat
     assert n_rows == 1 or expected.any()  # not a batch of empty counts
 
 
+@pytest.mark.parametrize("n_rows", [0, 1, 300])
+def test_eq1_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, n_rows: int) -> None:
+    """Per-row ``Σ |O_λ|`` (a new subscription's whole-space cost): keyword sets of 0-4 ids
+    with unknown ones (-1, 7, 8) among them, rows out of order and repeated."""
+    n_keywords = 7
+    objects = synthetic(rng, 600, n_keywords - 1)  # keyword 6 never occurs
+    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    sets = KeywordSets.from_lists(
+        [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
+         for _ in range(50)])
+    rows = rng.integers(0, 50, n_rows)
+    member = membership(objects, n_keywords)
+    per_keyword = {k: int(member[k].sum()) for k in range(n_keywords)}
+    expected = np.array([sum(per_keyword.get(int(k), 0) for k in sets.row(r)) for r in rows.tolist()],
+                        dtype=np.int64)
+    for kernel in ("numba", "numpy"):
+        got = ObjectStatistics.from_arrays(arrays, kernel=kernel).keyword_sums(sets, rows)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, expected)
+    assert n_rows < 300 or expected.any()
+
+
 def test_keyword_sums_take_the_compiled_path_below_the_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
     objects = synthetic(rng, 300, 4)
     stats = ObjectStatistics.build(objects, 4)

@@ -370,6 +370,22 @@ class ObjectStatistics:
         valid = (kw >= 0) & (kw < self.n_keywords)
         return np.where(valid, self._counts[np.where(valid, kw, 0)], 0).astype(np.int64)
 
+    def keyword_sums(self, keywords: KeywordSets, rows: Int64Array) -> Int64Array:
+        """Per row ``Σ_{λ ∈ ψ(rows[i])} |O_λ|`` (Eq. 1 times |O_init|), ``rows`` indexing
+        ``keywords``: one compiled loop under numba (:func:`dkmsks.core.stats_kernel.keyword_sums`),
+        :meth:`keyword_counts` summed per row otherwise."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.kernel == "numba" and (rows.shape[0] == 0 or int(rows.min()) >= 0):
+            from dkmsks.core import stats_kernel
+
+            return stats_kernel.keyword_sums(rows, keywords.ptr, keywords.ids, self._counts)
+        sub = keywords.take(rows)
+        if sub.ids.shape[0] == 0:
+            return np.zeros(rows.shape[0], dtype=np.int64)
+        counts = self.keyword_counts(sub.ids)
+        # bincount with float weights is exact here: every sum is far below 2**53.
+        return np.bincount(sub.owners(), weights=counts, minlength=rows.shape[0]).astype(np.int64)
+
     def _in_threads(self, fn: Callable[..., Int64Array], *arrays: npt.NDArray) -> Int64Array:
         """``fn(*arrays)``, for big batches as contiguous slices in parallel threads.
 

@@ -24,7 +24,8 @@ import numpy as np
 from dkmsks.core.kernel import HAVE_NUMBA, _jit
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["HAVE_NUMBA", "Axes", "axis_table", "bounds_in_buckets", "count_keyword_in_rects", "keyword_sums_in_rects"]
+__all__ = ["HAVE_NUMBA", "Axes", "axis_table", "bounds_in_buckets", "count_keyword_in_rects", "keyword_sums",
+           "keyword_sums_in_rects"]
 
 #: An :func:`axis_table`: bucket starts, origin and scale.
 AxisTable = tuple[Any, float, float]
@@ -242,3 +243,24 @@ def keyword_sums_in_rects(
                  np.ascontiguousarray(xmin, dtype=np.float64), np.ascontiguousarray(ymin, dtype=np.float64),
                  np.ascontiguousarray(xmax, dtype=np.float64), np.ascontiguousarray(ymax, dtype=np.float64),
                  xs, ys, kw_key, words, before, n_zeros, *axes[0], *axes[1], *axes[2])
+
+
+@_jit
+def _keyword_sums(rows: Any, ptr: Any, ids: Any, counts: Any) -> Any:
+    n_keywords = counts.shape[0]
+    out = np.zeros(rows.shape[0], dtype=np.int64)
+    for i in range(rows.shape[0]):
+        total = 0
+        for p in range(ptr[rows[i]], ptr[rows[i] + 1]):
+            k = ids[p]
+            if 0 <= k < n_keywords:  # an unknown keyword counts 0, as on the numpy path
+                total += counts[k]
+        out[i] = total
+    return out
+
+
+def keyword_sums(rows: Int64Array, ptr: Int64Array, ids: Any, counts: Int64Array) -> Int64Array:
+    """Per row ``Σ_{λ ∈ ψ(rows[i])} |O_λ|`` (Eq. 1 times |O_init|) in one compiled loop, for
+    non-negative ``rows`` of the keyword sets' CSR ``ptr``/``ids``, ``counts[λ] = |O_λ|``."""
+    return _keyword_sums(np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(ptr),
+                         np.ascontiguousarray(ids), counts)

@@ -202,8 +202,12 @@ def keyword_box_weights(
 
 
 def keyword_weights(stats: StatsLike, keywords: KeywordSets, rows: Int64Array) -> Int64Array:
-    """Per row ``Σ_{λ ∈ s.ψ} |O_λ|`` (Eq. 1 times |O_init|)."""
+    """Per row ``Σ_{λ ∈ s.ψ} |O_λ|`` (Eq. 1 times |O_init|), through the statistics' one-call
+    path where they have one (``keyword_sums``)."""
     rows = np.asarray(rows, dtype=np.int64)
+    sums = getattr(stats, "keyword_sums", None)
+    if sums is not None:
+        return np.asarray(sums(keywords, rows), dtype=np.int64)
     sub = keywords.take(rows)
     if sub.ids.shape[0] == 0:
         return np.zeros(rows.shape[0], dtype=np.int64)
