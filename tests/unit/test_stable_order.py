@@ -35,12 +35,24 @@ def test_stable_order_is_numpys_stable_argsort(kind: str, n: int) -> None:
     np.testing.assert_array_equal(got, np.argsort(keys, kind="stable"))
 
 
-def test_a_sorted_probe_keeps_every_pair() -> None:
+@pytest.mark.parametrize("layout", ["grid", "empty", "one", "all equal", "signed"])
+def test_a_sorted_probe_keeps_every_pair(layout: str) -> None:
     rng = np.random.default_rng(11)
     keys = (rng.integers(0, 50, 5_000).astype(np.int64) << 32) | rng.integers(0, 9, 5_000)
     owners = rng.integers(0, 1_000, 5_000).astype(np.int64)
-    probe = kernel.SortedProbe.of(keys, owners)
+    if layout == "empty":
+        keys, owners = keys[:0], owners[:0]
+    elif layout == "one":
+        keys, owners = keys[:1], owners[:1]
+    elif layout == "all equal":
+        keys = np.full(5_000, 7 << 32, dtype=np.int64)
+    elif layout == "signed":
+        keys = rng.integers(-(2**62), 2**62, 5_000)
+        keys[::3] = keys[1::3][: keys[::3].shape[0]]  # repeats
+    probe = kernel.SortedProbe.of(keys, owners.astype(np.int32))  # owners of any integer type
+    assert probe.keys.dtype == probe.ptr.dtype == probe.owners.dtype == np.int64
     assert np.all(np.diff(probe.keys) > 0)
+    assert probe.ptr[0] == 0 and probe.ptr[-1] == keys.shape[0] and probe.ptr.shape[0] == probe.keys.shape[0] + 1
     back_keys, back_owners = probe.pairs()
     # The same multiset of (key, owner) pairs, each key's owners in input order.
     order = np.argsort(keys, kind="stable")
