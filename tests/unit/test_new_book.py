@@ -137,10 +137,11 @@ def test_the_compiled_pick_is_the_numpy_pick(seed: int) -> None:
     assert 20 < want[1].shape[0] < 200  # some picked, some not
     assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
     # A repeated id anywhere, even one the book does not hold, is refused alike.
-    for twice in (ids[5], ids[-1]):
-        again = np.append(ids, twice)
-        assert pick_recosts_numpy(book, again, np.append(r2, 1.0), 0.5)[0] is True
-        assert bool(pick_recosts(book, again, np.append(r2, 1.0), 0.5)[0]) is True
+    live, not_held = int(book.ids[7]), int(held[3])  # held[:40] were removed
+    for twice in (live, not_held, ids[-1]):
+        again = np.append(ids, [twice, twice])  # a live id, one not held, and one ids already holds
+        assert pick_recosts_numpy(book, again, np.append(r2, [1.0, 1.0]), 0.5)[0] is True
+        assert bool(pick_recosts(book, again, np.append(r2, [1.0, 1.0]), 0.5)[0]) is True
 
 
 def test_the_compiled_boxes_are_ball_boxes_to_the_bit() -> None:
@@ -174,3 +175,14 @@ def test_refresh_refuses_an_id_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
         server.refresh([900, 900], [1.0, 1.0])
     assert server.refresh([900, 901], [1.0, 2.0]) == 2  # both balls became finite
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 1000])
+def test_the_branchless_search_is_searchsorted(n: int) -> None:
+    from dkmsks.core.partition.new_book import _lower_bound
+
+    rng = np.random.default_rng(n)
+    values = np.sort(rng.choice(10 * n + 10, size=n, replace=False)).astype(np.int64)
+    queries = np.concatenate([values, values - 1, values + 1, [-(2**63), 2**63 - 1, -1]]).astype(np.int64)
+    got = [_lower_bound(values, q) for q in queries.tolist()]
+    assert got == np.searchsorted(values, queries).tolist()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel import _jit
+from dkmsks.core.kernel import _jit, _prefetch
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Rect
 from dkmsks.core.sets import has_duplicates, member
 
@@ -187,40 +187,71 @@ def pick_recosts_numpy(book: NewSubscriptionBook, ids: Int64Array, radius2: Floa
 def pick_recosts(book: NewSubscriptionBook, ids: Int64Array, radius2: Float64Array,
                  shrink: float) -> tuple[bool, Int64Array, Int64Array]:
     """:func:`pick_recosts_numpy` in one compiled pass."""
+    if ids.shape[0] != radius2.shape[0]:  # (the compiled pass reads without bounds checks)
+        raise ValueError("one radius² per subscription id")
     return _pick(np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(radius2, dtype=np.float64),
                  book.ids, book.rows, book.costed_r2, float(shrink))
+
+
+@_jit
+def _lower_bound(values: Any, q: Any) -> int:
+    """``np.searchsorted(values, q)`` (left) of ascending ``values``, without a branch on the
+    data: the loop runs ~log2(n) times whatever ``q`` is and each step is a conditional move,
+    so it costs the same on a cold branch predictor (the main server runs right after the
+    workers) as on a trained one."""
+    n = values.shape[0]
+    if n == 0:
+        return 0
+    lo = 0
+    while n > 1:
+        half = n >> 1
+        lo = lo + half if values[lo + half - 1] < q else lo
+        n -= half
+    return lo + 1 if values[lo] < q else lo
 
 
 @_jit
 def _pick(ids: Any, r2: Any, live_ids: Any, live_rows: Any, costed: Any, shrink: float) -> Any:
     n = ids.shape[0]
     empty = np.zeros(0, dtype=np.int64)
-    if n > 1:
-        ordered = np.sort(ids)
-        for i in range(1, n):
-            if ordered[i] == ordered[i - 1]:
-                return True, empty, empty
     m = live_ids.shape[0]
+    # The book's columns (a few thousand rows) are cold after the workers' turn: ask for all
+    # their lines at once rather than each search waiting for its own.
+    for p in range(0, m, 8):
+        _prefetch(live_ids, p)
+        _prefetch(live_rows, p)
+    for p in range(0, costed.shape[0], 8):
+        _prefetch(costed, p)
     pick = np.empty(n, dtype=np.int64)
     rows = np.empty(n, dtype=np.int64)
+    # A repeated id is refused: ids the book holds are told apart by their row (a mark per
+    # row, no sort), the others (initial or unknown subscriptions, few once the engine's
+    # filter is on) by a sort of just those.
+    seen = np.zeros(costed.shape[0], dtype=np.bool_)
+    others = np.empty(n, dtype=np.int64)
+    n_others = 0
     j = 0
     for i in range(n):
         q = ids[i]
-        a, e = 0, m
-        while a < e:
-            mid = (a + e) >> 1
-            if live_ids[mid] < q:
-                a = mid + 1
-            else:
-                e = mid
+        a = _lower_bound(live_ids, q)
         if a == m or live_ids[a] != q:
+            others[n_others] = q
+            n_others += 1
             continue
         row = live_rows[a]
+        if seen[row]:
+            return True, empty, empty
+        seen[row] = True
         last, r = costed[row], r2[i]
         # The same test as the numpy path, comparison for comparison (NaN fails each alike).
         if r != last and (last == math.inf or r <= shrink * last):
             pick[j], rows[j] = i, row
             j += 1
+    if n_others > 1:
+        ordered = np.sort(others[:n_others])
+        for i in range(1, n_others):
+            if ordered[i] == ordered[i - 1]:
+                return True, empty, empty
     return False, pick[:j].copy(), rows[:j].copy()
 
 
