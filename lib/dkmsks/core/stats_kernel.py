@@ -164,14 +164,14 @@ def _count_less(words: Any, before: Any, n_zeros: Any, v: Any, lo: Any, hi: Any)
                 continue
             lo1 = _rank1(w, b, lo_[i])
             hi1 = _rank1(w, b, hi_[i])
-            if (v[i] >> shift) & 1:
-                # Every value with a 0 here (same prefix) is smaller; follow the ones.
-                out[i] += (hi_[i] - hi1) - (lo_[i] - lo1)
-                lo_[i] = lo1 + zeros
-                hi_[i] = hi1 + zeros
-            else:
-                lo_[i] -= lo1
-                hi_[i] -= hi1
+            # Bit 1: every value with a 0 here (same prefix) is smaller; follow the ones. Bit
+            # 0: follow the zeros. Both outcomes are computed and one kept by arithmetic, as
+            # the bit is a coin flip to the branch predictor.
+            one = (v[i] >> shift) & 1
+            lo0, hi0 = lo_[i] - lo1, hi_[i] - hi1
+            out[i] += one * (hi0 - lo0)
+            lo_[i] = lo0 + one * (lo1 + zeros - lo0)
+            hi_[i] = hi0 + one * (hi1 + zeros - hi0)
     return out
 
 
