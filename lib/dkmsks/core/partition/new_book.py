@@ -11,7 +11,10 @@ index, and the columns drop their dead rows once these outnumber the live ones.
 Under the numba kernels, the refresh's first steps (refusing a repeated id, finding each id,
 choosing the balls to re-cost) are one compiled pass (:func:`pick_recosts`) and the re-costed
 balls' boxes another (:func:`ball_boxes_compiled`); the numpy steps beside them are the
-reference, and ``tests/unit/test_new_book.py`` holds the two to the same answers.
+reference, and ``tests/unit/test_new_book.py`` holds the two to the same answers. The pass
+avoids branches on the data where it can (a branchless binary search; repeated ids told by a
+mark per row rather than a sort): it runs once a timestamp, right after the workers, on a
+branch predictor that has not seen its data (docs/benchmarks.md has the measurement).
 """
 
 from __future__ import annotations
