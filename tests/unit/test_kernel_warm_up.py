@@ -16,9 +16,13 @@ pytestmark = pytest.mark.unit
 
 #: The jitted functions of core/kernel.py that Python calls (the others are called only from
 #: these, compiled into them; loaded from numba's cache, their own dispatchers stay empty).
-ENTRY_KERNELS = ("_lookup", "_lookup_warm", "_merge_accepted", "_grid_entries", "_grid_probe", "_radix_order",
+ENTRY_KERNELS = ("_lookup", "_lookup_warm", "_merge_accepted", "_grid_entries", "_grid_probe", "_sorted_form",
                  "_filter_set", "_merge_sorted_into")
-INNER_KERNELS = ("_test_entries", "_filtered", "_gallop", "_grow", "_lattice", "_outside_id", "_first_level")
+INNER_KERNELS = ("_test_entries", "_filtered", "_gallop", "_grow", "_lattice", "_outside_id", "_first_level",
+                 "_radix_order")
+#: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
+SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
+                  ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))
 
 
 def test_every_worker_kernel_is_jitted() -> None:
@@ -35,7 +39,8 @@ def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
         "kernel.warm_up()\n"
         f"missing = [n for n in {ENTRY_KERNELS!r} if not getattr(kernel, n).signatures]\n"
         "from dkmsks.core import stats_kernel\n"
-        "missing += [] if stats_kernel._count.signatures else ['stats_kernel._count']\n"
+        "from dkmsks.core.partition import new_book\n"
+        f"missing += [f'{{m}}.{{n}}' for m, n in {SERVER_KERNELS!r} if not getattr(globals()[m], n).signatures]\n"
         "print(missing)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=600)

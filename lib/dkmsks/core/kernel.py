@@ -907,11 +907,25 @@ def warm_up(requested: str | None = None) -> None:
     lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
-    # The main server's small batches of Eq. 4 counts (dkmsks.core.stats_kernel).
+    # The main server's compiled paths: small batches of Eq. 4 counts and their per-row sums,
+    # Eq. 1 sums, the id search (dkmsks.core.stats_kernel), the refresh's pick and boxes
+    # (dkmsks.core.partition.new_book).
+    from dkmsks.core import stats_kernel
+    from dkmsks.core.partition import new_book
     from dkmsks.core.stats import ObjectStatistics
 
     unit = np.array([0.0]), np.array([1.0])
-    ObjectStatistics.build(objects, 2, workers=1).count_keyword_in_rects([0], unit[0], unit[0], unit[1], unit[1])
+    stats = ObjectStatistics.build(objects, 2, workers=1)
+    stats.count_keyword_in_rects([0], unit[0], unit[0], unit[1], unit[1])
+    rows = np.array([1])
+    stats.keyword_sums_in_rects(kws, rows, unit[0], unit[0], unit[1], unit[1])
+    stats.keyword_sums(kws, rows)
+    ids = np.array([3, 5], dtype=np.int64)
+    stats_kernel.bounds_in_buckets(ids, stats_kernel.axis_table(ids), ids)
+    book = new_book.NewSubscriptionBook()
+    book.add(ids, np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros(2), np.zeros(2), kws)
+    new_book.pick_recosts(book, ids, np.ones(2), 0.5)
+    new_book.ball_boxes_compiled(np.zeros(2), np.zeros(2), np.ones(2), Rect(0.0, 0.0, 1.0, 1.0))
 
 
 @_jit
