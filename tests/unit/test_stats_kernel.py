@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dkmsks.core import stats_kernel
-from dkmsks.core.model import KeywordSets
+from dkmsks.core.model import KeywordSets, Objects
 from dkmsks.core.stats import _COMPILED_BELOW, ObjectStatistics
 from test_stats import brute_kw_rect, membership, random_rects, synthetic
 
@@ -99,16 +99,23 @@ def test_the_levels_stay_views_of_one_array_through_pickle(rng: np.random.Genera
     np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
 
 
+def _keyword_world(rng: np.random.Generator, n_keywords: int) -> tuple[Objects, dict, KeywordSets]:
+    """600 objects over keywords 0..n_keywords-2 (the last never occurs), their statistics'
+    arrays, and 50 keyword sets of 0-4 ids with unknown ones (-1, n_keywords, +1) among them."""
+    objects = synthetic(rng, 600, n_keywords - 1)
+    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    sets = KeywordSets.from_lists(
+        [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
+         for _ in range(50)])
+    return objects, arrays, sets
+
+
 @pytest.mark.parametrize("n_rows", [1, 40, _COMPILED_BELOW])  # the last one is past the compiled path
 def test_keyword_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, n_rows: int) -> None:
     """Per-row sums over each row's own rectangle (the main server's re-costs): keyword sets of
     0-4 ids with unknown ones among them, rows picked out of order and twice, a NaN bound."""
     n_keywords = 7
-    objects = synthetic(rng, 600, n_keywords - 1)  # keyword 6 never occurs
-    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
-    sets = KeywordSets.from_lists(
-        [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
-         for _ in range(50)])
+    objects, arrays, sets = _keyword_world(rng, n_keywords)
     rows = rng.integers(0, 50, n_rows)
     q = random_rects(rng, objects, n_rows)
     if n_rows > 1:
@@ -131,11 +138,7 @@ def test_eq1_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, 
     """Per-row ``Σ |O_λ|`` (a new subscription's whole-space cost): keyword sets of 0-4 ids
     with unknown ones (-1, 7, 8) among them, rows out of order and repeated."""
     n_keywords = 7
-    objects = synthetic(rng, 600, n_keywords - 1)  # keyword 6 never occurs
-    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
-    sets = KeywordSets.from_lists(
-        [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
-         for _ in range(50)])
+    objects, arrays, sets = _keyword_world(rng, n_keywords)
     rows = rng.integers(0, 50, n_rows)
     member = membership(objects, n_keywords)
     per_keyword = {k: int(member[k].sum()) for k in range(n_keywords)}
