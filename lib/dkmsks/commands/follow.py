@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
+from dkmsks.jobs.priority import FOLLOW_NICE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="worker tasks that build their state at once at start-up (default: one per core; "
                         "each build holds several times the memory the built worker keeps)")
     p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
+    p.add_argument("--nice", type=int, default=None,
+                   help="CPU nice value of follow mode's processes and, when it leads its session, of the session "
+                        f"(default: $DKMSKS_FOLLOW_NICE or {FOLLOW_NICE}: ahead of SQL readers and publishers on the "
+                        "same machine; raising it needs CAP_SYS_NICE, else it is left as is; 0: as started)")
     p.set_defaults(func=run)
 
 
@@ -46,12 +51,17 @@ def _at_least_one(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm follow`` with the parsed ``args``; the exit status."""
+    import os
     import signal
     import threading
 
     from dkmsks.jobs.follow import follow_forever
+    from dkmsks.jobs.priority import raise_cpu_priority
 
     warehouse = warehouse_of(args)
+    # Before Spark's JVM starts, so that it and its Python workers inherit the priority.
+    nice = args.nice if args.nice is not None else int(os.environ.get("DKMSKS_FOLLOW_NICE", FOLLOW_NICE))
+    print(raise_cpu_priority(nice), flush=True)
     stop = threading.Event()
     # A service manager (scripts/follow.sh stop, docker stop) sends SIGTERM: finish the round
     # in flight, stop the worker tasks, exit 0. Nothing is lost either way: every committed

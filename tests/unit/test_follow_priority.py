@@ -1,0 +1,107 @@
+"""Follow mode's CPU priority (dkmsks.jobs.priority): what it sets, what it leaves alone.
+
+Each case runs in a child process of its own (a priority, once lowered, cannot be raised back
+without privilege). A positive nice needs no privilege, so these run as any user; the refused
+case stands in a missing CAP_SYS_NICE by a write that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dkmsks.jobs.priority import autogroup_nice
+
+HAS_AUTOGROUP = Path("/proc/self/autogroup").exists()
+
+
+def _child(body: str, *, new_session: bool, prefix: list[str] | None = None) -> dict:
+    """Run ``body`` (it ends by binding ``out``) in a fresh interpreter; ``out`` read back."""
+    code = "import json, os\nfrom dkmsks.jobs.priority import raise_cpu_priority, autogroup_nice\n"
+    code += textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    done = subprocess.run([*(prefix or []), sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, start_new_session=new_session, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_session_leader_sets_its_nice_and_its_sessions_autogroup():
+    out = _child("""
+        line = raise_cpu_priority(7)
+        child = os.popen("python3 -c 'import os; print(os.getpriority(os.PRIO_PROCESS, 0))'").read()
+        out = {"line": line, "nice": os.getpriority(os.PRIO_PROCESS, 0), "child": int(child),
+               "autogroup": autogroup_nice()}
+    """, new_session=True)
+    assert out["nice"] == 7
+    assert out["child"] == 7  # a process started afterwards (Spark's JVM) inherits it
+    assert "nice 7" in out["line"]
+    if HAS_AUTOGROUP:
+        assert out["autogroup"] == 7
+        assert "autogroup nice 7" in out["line"]
+
+
+@pytest.mark.skipif(not HAS_AUTOGROUP, reason="this kernel has no autogroup scheduling (/proc/self/autogroup)")
+def test_a_process_that_does_not_lead_its_session_leaves_the_sessions_autogroup_alone():
+    before = autogroup_nice()
+    out = _child("""
+        out = {"line": raise_cpu_priority(5), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+               "autogroup": autogroup_nice()}
+    """, new_session=False)
+    assert out["nice"] == 5
+    assert out["autogroup"] == before  # the session (this test's) is not the child's to change
+    assert autogroup_nice() == before
+    assert "autogroup" not in out["line"]
+
+
+def test_zero_changes_nothing():
+    out = _child("""
+        out = {"line": raise_cpu_priority(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+               "autogroup": autogroup_nice()}
+    """, new_session=True)
+    assert out["nice"] == 0
+    assert out["line"] == "CPU priority: left as started (--nice 0)"
+    if HAS_AUTOGROUP:
+        assert out["autogroup"] == 0
+
+
+def test_a_nice_its_user_chose_is_kept():
+    out = _child("""
+        out = {"line": raise_cpu_priority(-10), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+               "autogroup": autogroup_nice()}
+    """, new_session=True, prefix=["nice", "-n", "3"])
+    assert out["nice"] == 3
+    assert out["line"] == "CPU priority: left at nice 3, as started"
+    if HAS_AUTOGROUP:
+        assert out["autogroup"] == 0
+
+
+def test_without_the_privilege_nothing_changes_and_the_line_says_why(tmp_path):
+    # What a process without CAP_SYS_NICE meets: both writes refused with EPERM.
+    autogroup = tmp_path / "autogroup"
+    autogroup.write_text("/autogroup-1 nice 0\n")
+    out = _child(f"""
+        import pathlib
+        def refuse(*args, **kwargs):
+            raise PermissionError(1, "Operation not permitted")
+        os.setpriority = refuse
+        pathlib.Path.write_text = refuse
+        out = {{"line": raise_cpu_priority(-10, autogroup=pathlib.Path({str(autogroup)!r})),
+               "nice": os.getpriority(os.PRIO_PROCESS, 0)}}
+    """, new_session=True)
+    assert out["nice"] == 0
+    assert out["line"] == ("CPU priority: normal (nice and the session's autogroup nice not raised to -10: "
+                           "that needs CAP_SYS_NICE; readers on this machine share the CPU with follow mode equally)")
+    assert autogroup.read_text() == "/autogroup-1 nice 0\n"
+
+
+def test_dkm_follow_offers_the_setting_with_its_default():
+    from dkmsks.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["follow", "--nice", "0"])
+    assert args.nice == 0
+    assert parser.parse_args(["follow"]).nice is None  # then $DKMSKS_FOLLOW_NICE or the default
