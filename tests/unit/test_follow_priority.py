@@ -105,3 +105,14 @@ def test_dkm_follow_offers_the_setting_with_its_default():
     args = parser.parse_args(["follow", "--nice", "0"])
     assert args.nice == 0
     assert parser.parse_args(["follow"]).nice is None  # then $DKMSKS_FOLLOW_NICE or the default
+
+
+def test_a_bad_environment_value_is_a_clear_error():
+    from dkmsks.commands.follow import _nice_from_environment
+    from dkmsks.jobs.priority import FOLLOW_NICE
+
+    assert _nice_from_environment(None) == FOLLOW_NICE
+    assert _nice_from_environment(" ") == FOLLOW_NICE
+    assert _nice_from_environment("5") == 5
+    with pytest.raises(SystemExit, match="DKMSKS_FOLLOW_NICE must be a whole number .* got 'high'"):
+        _nice_from_environment("high")

@@ -49,6 +49,17 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _nice_from_environment(text: str | None) -> int:
+    """``$DKMSKS_FOLLOW_NICE`` as a nice value (the default when unset); a clear error otherwise."""
+    if text is None or not text.strip():
+        return FOLLOW_NICE
+    try:
+        return int(text)
+    except ValueError:
+        raise SystemExit(f"dkm follow: DKMSKS_FOLLOW_NICE must be a whole number (a nice value, -20 to 19), "
+                         f"got {text!r}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm follow`` with the parsed ``args``; the exit status."""
     import os
@@ -60,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     warehouse = warehouse_of(args)
     # Before Spark's JVM starts, so that it and its Python workers inherit the priority.
-    nice = args.nice if args.nice is not None else int(os.environ.get("DKMSKS_FOLLOW_NICE", FOLLOW_NICE))
+    nice = args.nice if args.nice is not None else _nice_from_environment(os.environ.get("DKMSKS_FOLLOW_NICE"))
     print(raise_cpu_priority(nice), flush=True)
     stop = threading.Event()
     # A service manager (scripts/follow.sh stop, docker stop) sends SIGTERM: finish the round
