@@ -22,7 +22,7 @@ HAS_AUTOGROUP = Path("/proc/self/autogroup").exists()
 
 def _child(body: str, *, new_session: bool, prefix: list[str] | None = None) -> dict:
     """Run ``body`` (it ends by binding ``out``) in a fresh interpreter; ``out`` read back."""
-    code = "import json, os\nfrom dkmsks.jobs.priority import raise_cpu_priority, autogroup_nice\n"
+    code = "import json, os, sys\nfrom dkmsks.jobs.priority import raise_cpu_priority, autogroup_nice\n"
     code += textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
     done = subprocess.run([*(prefix or []), sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, start_new_session=new_session, check=True)
@@ -32,7 +32,7 @@ def _child(body: str, *, new_session: bool, prefix: list[str] | None = None) -> 
 def test_a_session_leader_sets_its_nice_and_its_sessions_autogroup():
     out = _child("""
         line = raise_cpu_priority(7)
-        child = os.popen("python3 -c 'import os; print(os.getpriority(os.PRIO_PROCESS, 0))'").read()
+        child = os.popen(sys.executable + " -c 'import os; print(os.getpriority(os.PRIO_PROCESS, 0))'").read()
         out = {"line": line, "nice": os.getpriority(os.PRIO_PROCESS, 0), "child": int(child),
                "autogroup": autogroup_nice()}
     """, new_session=True)

@@ -6,7 +6,7 @@ each session (a terminal, a service started with ``setsid`` as ``scripts/follow.
 reader the benchmark starts in a session of its own) gets an equal share when both are busy,
 however many processes it runs. Follow mode's twenty worker processes then got half of the two
 cores whenever one SQL reader's JVM was busy: the freshness benchmark's 100-timestamp burst took
-its workers 9.0-10.2 s beside a reader against 4.1 s alone (docs/benchmarks.md). A process's
+its workers 8.6-11.6 s beside a reader against 4.1 s alone (docs/benchmarks.md). A process's
 nice value orders processes inside its session only; the session's weight is its autogroup's
 nice (``/proc/<pid>/autogroup``, sched(7)). Containers are cgroups of their own, shared by their
 cgroup weight instead (``cpu_shares`` in docker-compose.yml).
