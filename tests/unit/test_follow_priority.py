@@ -17,7 +17,8 @@ import pytest
 
 from dkmsks.jobs.priority import autogroup_nice
 
-HAS_AUTOGROUP = Path("/proc/self/autogroup").exists()
+# A kernel built with autogroup scheduling; a fresh session (each child below) has one then.
+HAS_AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled").exists()
 
 
 def _child(body: str, *, new_session: bool, prefix: list[str] | None = None) -> dict:
@@ -44,17 +45,37 @@ def test_a_session_leader_sets_its_nice_and_its_sessions_autogroup():
         assert "autogroup nice 7" in out["line"]
 
 
-@pytest.mark.skipif(not HAS_AUTOGROUP, reason="this kernel has no autogroup scheduling (/proc/self/autogroup)")
 def test_a_process_that_does_not_lead_its_session_leaves_the_sessions_autogroup_alone():
-    before = autogroup_nice()
+    # The session is a fresh one (this test's own may be init's, which has no autogroup to
+    # read): its leader starts a child that is no leader and reads the autogroup after it.
     out = _child("""
-        out = {"line": raise_cpu_priority(5), "nice": os.getpriority(os.PRIO_PROCESS, 0),
-               "autogroup": autogroup_nice()}
-    """, new_session=False)
-    assert out["nice"] == 5
-    assert out["autogroup"] == before  # the session (this test's) is not the child's to change
-    assert autogroup_nice() == before
-    assert "autogroup" not in out["line"]
+        import subprocess
+        code = ("import json, os; from dkmsks.jobs.priority import raise_cpu_priority, autogroup_nice; "
+                "print(json.dumps({'line': raise_cpu_priority(5), "
+                "'nice': os.getpriority(os.PRIO_PROCESS, 0), 'autogroup': autogroup_nice()}))")
+        before = autogroup_nice()
+        member = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                           text=True, check=True).stdout)
+        out = {"before": before, "member": member, "after": autogroup_nice(),
+               "leader_nice": os.getpriority(os.PRIO_PROCESS, 0)}
+    """, new_session=True)
+    assert out["member"]["nice"] == 5
+    assert out["leader_nice"] == 0
+    assert "autogroup" not in out["member"]["line"]
+    if HAS_AUTOGROUP:
+        assert out["before"] == 0
+        assert out["member"]["autogroup"] == 0  # the session is not the member's to change
+        assert out["after"] == 0
+
+
+def test_a_session_older_than_autogroup_reads_as_none(tmp_path):
+    # What /proc/<pid>/autogroup holds for a process of init's session: nothing.
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "autogroup").write_text("")
+    assert autogroup_nice(42, proc=tmp_path) is None
+    (tmp_path / "42" / "autogroup").write_text("/autogroup-7 nice -3\n")
+    assert autogroup_nice(42, proc=tmp_path) == -3
+    assert autogroup_nice(43, proc=tmp_path) is None  # no such process (or no autogroup in this kernel)
 
 
 def test_zero_changes_nothing():
