@@ -180,7 +180,7 @@ def prefault_heap(total: int = ROUND_HEAP_PREFAULT, piece: int = 1 << 20) -> Non
     that freeing would unmap."""
     import numpy as np
 
-    pieces = [np.ones(piece, dtype=np.uint8) for _ in range(max(0, total // piece))]
+    pieces = [np.ones(piece, dtype=np.uint8) for _ in range(total // piece)]
     del pieces
 
 
