@@ -159,6 +159,6 @@ def test_vacuum_lists_a_table_in_a_few_tasks_not_ten_thousand(spark, tmp_path):
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     stages = [s for job in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(job).stageIds]
-    tasks = [tracker.getStageInfo(s).numTasks for s in stages if tracker.getStageInfo(s) is not None]
+    tasks = [info.numTasks for info in map(tracker.getStageInfo, stages) if info is not None]
     # At the default the listing stage alone has 10,000 tasks; the other stages read the log.
     assert tasks and max(tasks) <= 16 and sum(tasks) < 1000, f"VACUUM ran stages of {sorted(tasks)} tasks"
