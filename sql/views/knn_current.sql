@@ -6,6 +6,11 @@
 -- finals a compaction already merged, and those of an older plan, need no mark to be told
 -- apart (docs/design.md §9): no scan of the whole snapshot for its newest updated_t, and a
 -- filter on sub_id reaches both scans through the window, which is partitioned by sub_id.
+-- The journal scan also skips what compactions merged: ${hivevar:knn_state_through_t} is the
+-- snapshot's newest updated_t (from its files' statistics) when the session registered this view
+-- (dkmsks.spark.catalog), so Delta skips the final files of every round before it by their t
+-- statistics; without the bound every query read every final record ever appended. A bound
+-- older than the snapshot only reads more records, which then lose as above.
 CREATE OR REPLACE VIEW knn_current
 COMMENT 'dkmsks: current per-subscription state (knn_state + uncompacted journal records)'
 AS WITH candidates AS (
@@ -15,7 +20,7 @@ AS WITH candidates AS (
   UNION ALL
   SELECT plan_version, worker, sub_id, x, y, keywords, k, registered_t, weight, subset, object_ids, d2,
          t AS updated_t, CASE WHEN change = 'upsert' THEN 1 ELSE 0 END AS precedence
-  FROM journal WHERE record = 'final'
+  FROM journal WHERE record = 'final' AND t > ${hivevar:knn_state_through_t}
 ), newest AS (
   SELECT *, row_number() OVER (PARTITION BY sub_id ORDER BY updated_t DESC, precedence DESC) AS n
   FROM candidates

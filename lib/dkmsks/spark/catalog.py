@@ -28,6 +28,11 @@ from dkmsks.warehouse import DEFAULT_DATABASE, Warehouse
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: The session variable ``sql/views/knn_current.sql`` reads as ``${hivevar:...}`` (Spark's variable
+#: substitution reads ``hivevar:`` names from the session's conf, spark-sql's from ``--hivevar``):
+#: substituted when the view is created, so the view holds a literal Delta can skip files by.
+HORIZON_VARIABLE = "knn_state_through_t"
+
 
 def register(spark: SparkSession, warehouse: Warehouse) -> None:
     """Make the warehouse's database current in ``spark`` with every table and view (idempotent)."""
@@ -36,8 +41,38 @@ def register(spark: SparkSession, warehouse: Warehouse) -> None:
     spark.catalog.setCurrentDatabase(warehouse.database)
     for name in tables.ALL_TABLES:
         _register_table(spark, warehouse, name)
+    spark.conf.set(HORIZON_VARIABLE, str(state_horizon(warehouse)))
     for view in tables.VIEWS:
         run_sql(spark, f"views/{view}.sql")
+
+
+def refresh_views(spark: SparkSession, warehouse: Warehouse) -> int:
+    """Re-create ``knn_current`` with the snapshot's current horizon; returns the horizon.
+
+    A session registers the view with the horizon of its start (:func:`state_horizon`); later
+    compactions leave it correct but reading more of the journal than it needs. A session that
+    lives for hours (a notebook, a dashboard) calls this now and then; ``knn_results`` reads
+    ``knn_current`` by name, so it follows.
+    """
+    horizon = state_horizon(warehouse)
+    spark.conf.set(HORIZON_VARIABLE, str(horizon))
+    run_sql(spark, "views/knn_current.sql")
+    return horizon
+
+
+def state_horizon(warehouse: Warehouse) -> int:
+    """The ``knn_state`` snapshot's newest ``updated_t``, from its files' statistics in the Delta log.
+
+    Every journal ``final`` record with ``t`` at or below it is merged into the snapshot (a
+    compaction merges all of its plan's records up to its ``through_t``; a (re)partitioning
+    carries them over), which is what lets ``knn_current`` skip them. :data:`MIN_T` for an
+    empty snapshot.
+    """
+    from dkmsks.spark.lake import Lake
+    from dkmsks.spark.state_io import MIN_T
+
+    bound = Lake.of(warehouse).column_bound(tables.STATE, "updated_t")
+    return MIN_T if bound is None else bound
 
 
 def _register_table(spark: SparkSession, warehouse: Warehouse, name: str, attempts: int = 5) -> None:
@@ -76,7 +111,8 @@ def spark_sql_init(warehouse: Warehouse) -> str:
 
 def spark_sql_vars(warehouse: Warehouse) -> dict[str, str]:
     """The ``--hivevar`` values :func:`spark_sql_init`'s statements refer to."""
-    return {"tables": str(warehouse.tables_dir), "database": warehouse.database}
+    return {"tables": str(warehouse.tables_dir), "database": warehouse.database,
+            HORIZON_VARIABLE: str(state_horizon(warehouse))}
 
 
 def write_spark_sql_init(warehouse: Warehouse, path: Path) -> Path:
