@@ -319,3 +319,33 @@ def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | 
         return (f"no timestamp processed since the current plan (it serves t > {plans[1]}, "
                 f"last processed t = {'none' if last is None else last}): nothing to repartition")
     return None
+
+
+def microbatch_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:
+    """Why a micro-batch run would do nothing, or ``None`` when it has work (or we cannot tell).
+
+    Only a scheduled run skips (one triggered by hand or by a new plan always runs the job, which
+    decides). Read from the Delta logs under ``<warehouse>/tables``, without Spark: no plan yet;
+    or no landed timestamp after the last processed one (the landing tables' newest ``t``
+    against the ledger's). On a warehouse that follow mode keeps
+    up to date, the schedule then costs a log read instead of a Spark application (30-100 s of
+    both cores on a 2-core machine, measured in the compose stack); a timestamp that lands
+    while follow runs is still pending for whichever takes the writer lock first.
+    """
+    if not scheduled:
+        return None
+    tables = Path(warehouse) / "tables"
+    plans = _rows_and_max(delta_live_files(tables / "partition_plans"), "effective_t")
+    if plans is None:
+        return None
+    if plans[0] == 0:
+        return f"no partition plan yet in {warehouse}: nothing to process (the partition DAG makes the first)"
+    known, last = _processed_through(tables)
+    landed = [_rows_and_max(delta_live_files(tables / name), "t") for name in ("objects", "subscription_events")]
+    if not known or last is None or None in landed:
+        return None
+    newest = max((found[1] for found in landed if found[1] is not None), default=None)
+    if newest is None or newest <= last:
+        return (f"no timestamp landed after the last processed one (t = {last}; newest landed "
+                f"t = {'none' if newest is None else newest}): nothing to process")
+    return None

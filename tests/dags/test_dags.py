@@ -283,6 +283,71 @@ def test_check_plan_short_circuits_a_scheduled_run_with_nothing_to_do(dagbag, tm
     assert check.python_callable(params=params, dag_run=scheduled) is True
 
 
+def test_microbatch_runs_spark_only_after_a_cheap_check(dagbag):
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
+
+    dag = dagbag.dags["dkmsks_microbatch"]
+    check, job = dag.get_task("check_pending"), dag.get_task("microbatch")
+    assert isinstance(check, ShortCircuitOperator)
+    assert job.upstream_task_ids == {"check_pending"}
+    assert check.outlets == [] and [a.name for a in job.outlets] == ["dkmsks://results"]
+
+
+def _landed(table: Path, *ts: int) -> None:
+    _write_log(table, [_add(f"{table.name}-{t}.parquet", 5, t=t, id=t) for t in ts])
+
+
+@pytest.mark.parametrize(
+    ("case", "scheduled", "expected"),
+    [
+        ("no warehouse", True, "no partition plan yet"),
+        ("no warehouse", False, None),  # by hand or by a plan event: the job runs and decides
+        ("plan, t=1..3 landed, 0 processed", True, None),
+        ("plan, t=1..3 landed, 3 processed", True, "no timestamp landed after the last processed one (t = 3; "
+                                                   "newest landed t = 3)"),
+        ("plan, t=1..3 landed, 3 processed", False, None),
+        ("plan, an event at t=4 landed, 3 processed", True, None),
+        ("plan, objects statistics missing", True, None),  # cannot tell: the job runs
+        ("plan, no ledger record yet", True, None),
+    ],
+)
+def test_microbatch_skip_reason_reads_the_delta_logs(common, tmp_path, case, scheduled, expected):
+    tables = tmp_path / "tables"
+    if case == "no warehouse":
+        tmp_path = tmp_path / "absent"
+    else:
+        _write_log(tables / "partition_plans", [PLAN0])
+        if "statistics missing" in case:
+            _write_log(tables / "objects", [_add("o.parquet", None)])
+        else:
+            _landed(tables / "objects", 0, 1, 2, 3)
+        _landed(tables / "subscription_events", *((0, 4) if "t=4" in case else (0, 2)))
+        if "no ledger" not in case:
+            _write_log(tables / "ledger", _ledger(0, *((1, 2, 3) if "3 processed" in case else ())))
+    reason = common.microbatch_skip_reason(tmp_path, scheduled=scheduled)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason
+
+
+def test_check_pending_skips_a_scheduled_run_on_an_up_to_date_warehouse(dagbag, tmp_path):
+    check = dagbag.dags["dkmsks_microbatch"].get_task("check_pending")
+    params = {"warehouse": str(tmp_path)}
+    scheduled, manual = SimpleNamespace(run_type="scheduled"), SimpleNamespace(run_type="manual")
+    assert check.python_callable(params=params, dag_run=scheduled) is False  # no plan yet
+    assert check.python_callable(params=params, dag_run=manual) is True
+    _write_log(tmp_path / "tables" / "partition_plans", [PLAN0])
+    _landed(tmp_path / "tables" / "objects", 0, 1)
+    _landed(tmp_path / "tables" / "subscription_events", 0)
+    _write_log(tmp_path / "tables" / "ledger", _ledger(0, 1))
+    assert check.python_callable(params=params, dag_run=scheduled) is False  # follow processed t = 1
+    assert check.python_callable(params=params, dag_run=manual) is True
+    (tmp_path / "tables" / "objects" / "_delta_log" / f"{1:020d}.json").write_text(
+        json.dumps(_add("o2.parquet", 5, t=2, id=9)) + "\n")
+    assert check.python_callable(params=params, dag_run=scheduled) is True  # t = 2 landed
+
+
 # --- unusable inputs: the ingest job exits with a status its retry policy does not retry
 
 
