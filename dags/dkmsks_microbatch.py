@@ -38,7 +38,6 @@ from dkmsks_common import (
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *")
 
 
-
 @task.short_circuit(task_id="check_pending")
 def check_pending(params=None, dag_run=None, triggering_asset_events=None) -> bool:
     """True unless a scheduled run finds no plan or nothing pending; then logs why and skips."""

@@ -22,6 +22,7 @@ from dkmsks.core.model import Vocabulary, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from dkmsks.io.formats import read_events, read_objects, write_events, write_objects
+from scan_metrics import rows_scanned
 
 pytestmark = pytest.mark.spark
 
@@ -306,33 +307,6 @@ def test_compaction_keeps_current_and_earlier_results_exact(spark, pipeline_db, 
     assert live == len(oracle[T])
 
 
-def _journal_rows_scanned(df) -> int:
-    """Rows the executed query's scans of the ``journal`` table produced (after Delta's file skipping)."""
-    rows, scans = 0, []
-
-    def walk(node) -> None:
-        nonlocal rows
-        kind = node.getClass().getSimpleName()
-        if kind == "AdaptiveSparkPlanExec":
-            walk(node.executedPlan())
-            return
-        if kind.endswith("QueryStageExec"):  # the window's shuffle: a stage holds its plan as a leaf
-            walk(node.plan())
-            return
-        if node.nodeName().startswith("Scan "):
-            scans.append(node.nodeName())
-            table = node.tableIdentifier()
-            if table.isDefined() and table.get().table() == "journal":
-                rows += node.metrics().apply("numOutputRows").value()
-        children = node.children().iterator()
-        while children.hasNext():
-            walk(children.next())
-
-    walk(df._jdf.queryExecution().executedPlan())
-    assert any(name.endswith(".journal") for name in scans), f"no scan of the journal in {scans}"
-    return rows
-
-
 def test_the_views_skip_journal_records_a_compaction_merged_and_stay_exact(spark, pipeline_db, workload, tmp_path):
     """``knn_current`` reads only the journal's final records after the snapshot's horizon, in a
     session (and in ``dkm spark-sql``) registered after the compaction; a session registered before
@@ -354,11 +328,11 @@ def test_the_views_skip_journal_records_a_compaction_merged_and_stay_exact(spark
     # Registered before the partition job: the horizon of an empty snapshot, every record read.
     stale = spark.sql(query)
     stale_rows = {r.sub_id: list(r.object_ids) for r in stale.collect()}
-    assert _journal_rows_scanned(stale) == len(finals)
+    assert rows_scanned(stale, "journal") == len(finals)
     assert refresh_views(spark, pipeline_db) == 4  # the compaction merged every final up to t = 4
     fresh = spark.sql(query)
     fresh_rows = {r.sub_id: list(r.object_ids) for r in fresh.collect()}
-    assert _journal_rows_scanned(fresh) == after
+    assert rows_scanned(fresh, "journal") == after
     want = {s: r.object_ids.tolist() for s, r in oracle[T].items()}
     assert stale_rows == fresh_rows == want
     _assert_views_equal(spark, oracle[T])

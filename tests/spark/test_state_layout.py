@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from scan_metrics import rows_scanned
+
 pytestmark = pytest.mark.spark
 
 WORKERS = 2
@@ -38,29 +40,10 @@ def _state_rows(rng: np.random.Generator, sub_ids: np.ndarray) -> pa.Table:
     })
 
 
-def _scanned_rows(df) -> int:
-    """Rows the executed query's file scans produced (after Parquet's page skipping)."""
-    rows = 0
-
-    def walk(node) -> None:
-        nonlocal rows
-        if node.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
-            walk(node.executedPlan())
-            return
-        if node.nodeName().startswith("Scan parquet"):
-            rows += node.metrics().apply("numOutputRows").value()
-        children = node.children().iterator()
-        while children.hasNext():
-            walk(children.next())
-
-    walk(df._jdf.queryExecution().executedPlan())
-    return rows
-
-
 def _point_read(spark, sub_id: int):
     df = spark.sql("SELECT sub_id, object_ids, d2 FROM knn_state WHERE sub_id = :s", args={"s": sub_id})
     got = [(r.sub_id, list(r.object_ids), list(r.d2)) for r in df.collect()]
-    return got, _scanned_rows(df)
+    return got, rows_scanned(df)
 
 
 def test_a_point_query_reads_a_few_pages_of_the_sorted_state(spark, fresh_db, rng):

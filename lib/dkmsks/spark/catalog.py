@@ -41,7 +41,7 @@ def register(spark: SparkSession, warehouse: Warehouse) -> None:
     spark.catalog.setCurrentDatabase(warehouse.database)
     for name in tables.ALL_TABLES:
         _register_table(spark, warehouse, name)
-    spark.conf.set(HORIZON_VARIABLE, str(state_horizon(warehouse)))
+    _set_horizon(spark, warehouse)
     for view in tables.VIEWS:
         run_sql(spark, f"views/{view}.sql")
 
@@ -54,25 +54,26 @@ def refresh_views(spark: SparkSession, warehouse: Warehouse) -> int:
     lives for hours (a notebook, a dashboard) calls this now and then; ``knn_results`` reads
     ``knn_current`` by name, so it follows.
     """
-    horizon = state_horizon(warehouse)
-    spark.conf.set(HORIZON_VARIABLE, str(horizon))
+    horizon = _set_horizon(spark, warehouse)
     run_sql(spark, "views/knn_current.sql")
     return horizon
 
 
 def state_horizon(warehouse: Warehouse) -> int:
-    """The ``knn_state`` snapshot's newest ``updated_t``, from its files' statistics in the Delta log.
-
-    Every journal ``final`` record with ``t`` at or below it is merged into the snapshot (a
-    compaction merges all of its plan's records up to its ``through_t``; a (re)partitioning
-    carries them over), which is what lets ``knn_current`` skip them. :data:`MIN_T` for an
-    empty snapshot.
-    """
+    """The ``knn_state`` snapshot's mark (:func:`dkmsks.spark.state_io.snapshot_mark`), what
+    ``knn_current`` skips the journal's final records up to; :data:`MIN_T` for an empty snapshot."""
     from dkmsks.spark.lake import Lake
-    from dkmsks.spark.state_io import MIN_T
+    from dkmsks.spark.state_io import MIN_T, snapshot_mark
 
-    bound = Lake.of(warehouse).column_bound(tables.STATE, "updated_t")
-    return MIN_T if bound is None else bound
+    mark = snapshot_mark(Lake.of(warehouse))
+    return MIN_T if mark is None else mark
+
+
+def _set_horizon(spark: SparkSession, warehouse: Warehouse) -> int:
+    """Put :func:`state_horizon` into the session's conf for the views' text; returns it."""
+    horizon = state_horizon(warehouse)
+    spark.conf.set(HORIZON_VARIABLE, str(horizon))
+    return horizon
 
 
 def _register_table(spark: SparkSession, warehouse: Warehouse, name: str, attempts: int = 5) -> None:

@@ -51,11 +51,8 @@ class StateView:
         an empty state)."""
         state_version = lake.version(tables.STATE)
         journal_version = lake.version(tables.JOURNAL)
-        # From the files' statistics: an upper bound of the rows' newest updated_t, which
-        # counts rows a compaction deleted (deletion vectors) — all of them no newer than
-        # that compaction's last merged final, so the mark still never leads a compaction.
         plan = lake.column_bound(tables.STATE, "plan_version", state_version)
-        through = lake.column_bound(tables.STATE, "updated_t", state_version)
+        through = snapshot_mark(lake, state_version)
         if plan is None or through is None:
             if fallback_plan is None:
                 raise ValueError("knn_state is empty and no plan version was given")
@@ -79,6 +76,17 @@ class StateView:
                             worker__eq=worker), sub_ids=sub_ids,
         )
         return overlay(snapshot, tail, columns)
+
+
+def snapshot_mark(lake: Lake, version: int | None = None) -> int | None:
+    """The snapshot's mark: every journal ``final`` record with ``t`` at or below it is merged
+    into ``knn_state`` (at ``version``); None for an empty snapshot.
+
+    From the files' statistics (no data file opened): an upper bound of the rows' newest
+    ``updated_t``, which counts rows a compaction deleted (deletion vectors) — all of them no
+    newer than that compaction's last merged final, so the mark never leads a compaction.
+    """
+    return lake.column_bound(tables.STATE, "updated_t", version)
 
 
 def overlay(snapshot: pa.Table, tail: pa.Table, columns: list[str]) -> pa.Table:
