@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from conftest import real_objects
@@ -347,6 +348,67 @@ def test_the_views_skip_journal_records_a_compaction_merged_and_stay_exact(spark
     assert done.returncode == 0, done.stderr[-3000:]
     got = {tuple(int(v) for v in line.split("\t")) for line in done.stdout.splitlines() if line.strip()}
     assert got == {(s, rank, o) for s, ids in want.items() for rank, o in enumerate(ids, start=1)}
+
+
+def test_maintenance_packs_the_journal_in_time_ranges_so_the_views_still_skip_merged_records(
+        spark, pipeline_db, workload, monkeypatch):
+    """Maintenance packs the journal's small files sorted by t into files that each span a range
+    of timestamps, and only what was appended since its last run: Delta's OPTIMIZE would pack every
+    timestamp into one file per record kind, and ``knn_current`` would scan every final record of
+    the journal's history on each query."""
+    from dkmsks.jobs import maintain
+    from dkmsks.jobs.microbatch import run_microbatch
+    from dkmsks.spark import tables
+    from dkmsks.spark.catalog import refresh_views
+    from dkmsks.spark.lake import Lake
+
+    oracle, lake = workload[3], Lake.of(pipeline_db)
+    monkeypatch.setattr(maintain, "TIME_ORDERED_FILE_ROWS", 150)  # several ranges from this small journal
+    journal_rows = lambda: sorted(tuple(r) for r in spark.table("journal").collect())  # noqa: E731
+
+    def final_files() -> list[tuple[str, int, int, int]]:
+        """``(path, min t, max t, rows)`` of each live file of the journal's final records."""
+        adds = pa.table(lake.table(tables.JOURNAL).get_add_actions(flatten=True)).to_pydict()
+        return sorted(f for f, part in zip(zip(adds["path"], adds["min.t"], adds["max.t"], adds["num_records"],
+                                               strict=True), adds["partition.record"], strict=True) if part == "final")
+
+    def mark() -> str | None:
+        return lake.table(tables.JOURNAL).metadata().configuration.get(maintain.TIME_MARK_PROPERTY)
+
+    _partition(spark, pipeline_db, "dkm", 3)
+    for until in (1, 2, 3):
+        run_microbatch(spark, pipeline_db, run_id=f"to-{until}", until=until, compaction="never")
+    assert len(final_files()) == 3  # one per run
+    before = journal_rows()
+    maintain.run_maintenance(spark, pipeline_db, run_id="m1", retention_hours=1)
+    assert journal_rows() == before  # a rearrangement: the same rows
+    packed = final_files()
+    ranges = sorted((lo, hi) for _, lo, hi, _ in packed)
+    assert len(ranges) > 1 and all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False)), ranges
+    assert mark() == "3"
+    assert lake.table(tables.JOURNAL).metadata().configuration["delta.appendOnly"] == "true"
+
+    # The next run packs only what came after t = 3; the files packed before stay as they were.
+    run_microbatch(spark, pipeline_db, run_id="to-4", until=4, compaction="always")
+    run_microbatch(spark, pipeline_db, run_id="to-5", compaction="never")
+    before = journal_rows()
+    maintain.run_maintenance(spark, pipeline_db, run_id="m2", retention_hours=1)
+    assert journal_rows() == before
+    assert set(packed) <= set(final_files()) and mark() == str(T)
+    with pytest.raises(Exception, match="DELTA_CANNOT_MODIFY_APPEND_ONLY"):  # append-only again
+        spark.sql("DELETE FROM journal WHERE t = 1")
+
+    # knn_current reads the final records of the files after the snapshot's horizon (t = 4) only.
+    assert refresh_views(spark, pipeline_db) == 4
+    finals = spark.sql("SELECT t FROM journal WHERE record = 'final'").count()
+    recent = sum(rows for _, _, hi, rows in final_files() if hi > 4)
+    assert 0 < recent < finals
+    query = spark.sql("SELECT sub_id, object_ids FROM knn_current")
+    assert {r.sub_id: list(r.object_ids) for r in query.collect()} == \
+        {s: r.object_ids.tolist() for s, r in oracle[T].items()}
+    assert rows_scanned(query, "journal") == recent
+    _assert_views_equal(spark, oracle[T])
+    _assert_equal(_state_results(pipeline_db), oracle[T])
 
 
 def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, workload):

@@ -13,8 +13,10 @@ tables, and nothing else ever removes a file. So per table of the warehouse, a m
    as one sorted file per worker (:data:`SORT_COLUMNS`, Delta's ``dataChange = false``
    rearrangement: rows unchanged, no change-data records), the layout its point reads need
    (docs/design.md §9; compactions add unsorted files). Delta's ``ZORDER BY (sub_id)`` was
-   tried and left each worker's rows unsorted in one file (measured). A table that lacks its
-   layout property (:data:`LAYOUT_PROPERTIES`) gets it set, and is rewritten;
+   tried and left each worker's rows unsorted in one file (measured). The journal is packed in
+   time order instead, only the rows appended since the last run (:data:`TIME_ORDERED`,
+   :func:`_time_ordered_rewrite`). A table that lacks its layout property
+   (:data:`LAYOUT_PROPERTIES`) gets it set, and is rewritten;
 3. runs VACUUM with the table's own retention, now the horizon, when the folder holds Parquet
    files that the current version no longer references and that are older than the horizon.
    Delta's safety check compares the retention with that same property, so it holds without
@@ -70,8 +72,23 @@ CONFLICT_ATTEMPTS = 3
 #: Parquet pages of at most 1000 rows let a point query on a few ``sub_id``s skip the rest of
 #: each sorted file through the page index (``sql/ddl/knn_state.sql``).
 LAYOUT_PROPERTIES: dict[str, dict[str, str]] = {tables.STATE: {"parquet.page.row.count.limit": "1000"}}
+#: Properties a table's DDL sets that maintenance restores should a run have stopped while
+#: they were off (the journal's, during its time-ordered rewrite).
+DDL_PROPERTIES: dict[str, dict[str, str]] = {tables.JOURNAL: {"delta.appendOnly": "true"}}  # APPEND_ONLY
 #: Tables whose compaction is a sorted rewrite (partition column first, as the write needs).
 SORT_COLUMNS: dict[str, tuple[str, str]] = {tables.STATE: ("worker", "sub_id")}
+#: Tables kept in time order: only the rows after the table's mark (:data:`TIME_MARK_PROPERTY`)
+#: are packed, sorted by the column into files of about :data:`TIME_ORDERED_FILE_ROWS` rows that
+#: each span a range of it. The readers of the journal ask for recent timestamps (``knn_current``
+#: its records after the snapshot's horizon, ``dkm watch`` and the result stream from a
+#: timestamp on); Delta's OPTIMIZE would pack every timestamp into one file per record kind and
+#: make each such read scan the journal's whole history (measured: docs/design.md §9).
+TIME_ORDERED: dict[str, str] = {tables.JOURNAL: "t"}
+#: Rows per time range of a time-ordered rewrite (each range becomes one file per partition).
+TIME_ORDERED_FILE_ROWS = 200_000
+#: The property recording through which value of its time column a time-ordered table is packed.
+TIME_MARK_PROPERTY = "dkmsks.timeOrderedThrough"
+APPEND_ONLY = "delta.appendOnly"
 
 
 @dataclass(frozen=True)
@@ -197,9 +214,24 @@ def measure(lake: Lake, warehouse: Warehouse, name: str, hours: int) -> TableFil
                 expired += 1
     config = table.metadata().configuration
     differ = {k: v for k, v in wanted_properties(name, hours).items() if config.get(k) != v}
+    if name in TIME_ORDERED:
+        adds = _after_mark(adds, TIME_ORDERED[name], time_mark(config))
     return TableFiles(live=len(live), compactable=_compactable(adds),
                       with_deletions=table.deletion_vectors().read_all().num_rows, on_disk=on_disk,
                       bytes_on_disk=size, expired=expired, properties=differ)
+
+
+def time_mark(config: dict[str, str]) -> int | None:
+    """Through which time a time-ordered table is packed (None: never packed yet)."""
+    text = config.get(TIME_MARK_PROPERTY)
+    return None if text is None else int(text)
+
+
+def _after_mark(adds: pa.Table, column: str, mark: int | None) -> pa.Table:
+    """The live files holding rows after ``mark`` (all of them when there is no mark)."""
+    if mark is None or adds.num_rows == 0:
+        return adds
+    return adds.filter(pc.greater(adds.column(f"max.{column}"), mark))
 
 
 def with_conflict_retries(action: Callable[[], T], conflicts: tuple[type[BaseException], ...], *,
@@ -242,6 +274,9 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
             order = SORT_COLUMNS.get(name)
 
             def optimize() -> object:
+                if name in TIME_ORDERED:
+                    _time_ordered_rewrite(spark, lake, name, path, meta)
+                    return None
                 if order is None:
                     return DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()
                 rows = spark.read.format("delta").load(path).repartition(order[0]).sortWithinPartitions(*order)
@@ -261,9 +296,54 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
                        vacuumed_bytes=middle.bytes_on_disk - after.bytes_on_disk, vacuumed=vacuumed, note=note)
 
 
+def _time_ordered_rewrite(spark: SparkSession, lake: Lake, name: str, path: str, meta: dict[str, Any]) -> None:
+    """Pack the rows of a :data:`TIME_ORDERED` table after its mark, sorted by time into files that
+    each span one range of it (rows unchanged), then move the mark to the newest time packed
+    (docs/design.md §9, "The journal in time order").
+
+    The rows at or before the mark are in files packed before and are not read again, so a run
+    costs what was appended since the last one, not the table's history. The writer lock keeps
+    the journal's writers out meanwhile; every run appends rows after the last processed
+    timestamp, so no file holds rows on both sides of the mark (and if one did, Delta's
+    ``replaceWhere`` would keep its rows at or before it). A crash between the rewrite and the
+    mark only makes the next run pack those rows again.
+    """
+    from pyspark.sql import functions as F
+
+    column = TIME_ORDERED[name]
+    table = lake.table(name)
+    mark = time_mark(table.metadata().configuration)
+    tail = _after_mark(pa.table(table.get_add_actions(flatten=True)), column, mark)
+    if tail.num_rows == 0:
+        return
+    newest = int(pc.max(tail.column(f"max.{column}")).as_py())
+    rows = spark.read.format("delta").load(path)
+    writer = rows.where(F.col(column) > mark) if mark is not None else rows
+    ranges = max(1, -(-int(pc.sum(tail.column("num_records")).as_py()) // TIME_ORDERED_FILE_ROWS))
+    partitions = table.metadata().partition_columns
+    out = writer.repartitionByRange(ranges, column).sortWithinPartitions(*partitions, column) \
+        .write.format("delta").mode("overwrite")
+    # Delta takes no replaceWhere on a data column in a commit marked as a rearrangement, so the
+    # rewrite after a mark says the rows changed although they are the same ones. The journal has
+    # no change data feed; its readers go by version and timestamp, and a streaming reader skips
+    # the commit with Delta's skipChangeCommits (docs/design.md §9). The mark is an int read from
+    # the table's properties.
+    out = out.option("dataChange", "false") if mark is None else out.option("replaceWhere", f"{column} > {int(mark)}")
+    # Delta refuses any file removal on an append-only table, a rearrangement's too (OPTIMIZE
+    # excepted): the property is off for the rewrite only, while the writer lock keeps every
+    # writer of the table out. A crash in between leaves it off until the next maintenance run,
+    # which sets it first (it is one of the table's wanted properties).
+    append_only = table.metadata().configuration.get(APPEND_ONLY) == "true"
+    if append_only:
+        _set_properties(lake, name, {APPEND_ONLY: "false"}, meta)
+    out.save(path)
+    _set_properties(lake, name, {TIME_MARK_PROPERTY: str(newest), **({APPEND_ONLY: "true"} if append_only else {})},
+                    meta)
+
+
 def wanted_properties(name: str, hours: int) -> dict[str, str]:
     """The properties table ``name`` should carry: the retention ones and its layout ones."""
-    return {**retention_properties(hours), **LAYOUT_PROPERTIES.get(name, {})}
+    return {**retention_properties(hours), **LAYOUT_PROPERTIES.get(name, {}), **DDL_PROPERTIES.get(name, {})}
 
 
 def _commit_metadata(lake: Lake, name: str, run_id: str) -> dict[str, Any]:
