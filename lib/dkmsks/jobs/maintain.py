@@ -74,7 +74,8 @@ CONFLICT_ATTEMPTS = 3
 LAYOUT_PROPERTIES: dict[str, dict[str, str]] = {tables.STATE: {"parquet.page.row.count.limit": "1000"}}
 #: Properties a table's DDL sets that maintenance restores should a run have stopped while
 #: they were off (the journal's, during its time-ordered rewrite).
-DDL_PROPERTIES: dict[str, dict[str, str]] = {tables.JOURNAL: {"delta.appendOnly": "true"}}  # APPEND_ONLY
+APPEND_ONLY = "delta.appendOnly"
+DDL_PROPERTIES: dict[str, dict[str, str]] = {tables.JOURNAL: {APPEND_ONLY: "true"}}
 #: Tables whose compaction is a sorted rewrite (partition column first, as the write needs).
 SORT_COLUMNS: dict[str, tuple[str, str]] = {tables.STATE: ("worker", "sub_id")}
 #: Tables kept in time order: only the rows after the table's mark (:data:`TIME_MARK_PROPERTY`)
@@ -88,7 +89,6 @@ TIME_ORDERED: dict[str, str] = {tables.JOURNAL: "t"}
 TIME_ORDERED_FILE_ROWS = 200_000
 #: The property recording through which value of its time column a time-ordered table is packed.
 TIME_MARK_PROPERTY = "dkmsks.timeOrderedThrough"
-APPEND_ONLY = "delta.appendOnly"
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,8 @@ def _time_ordered_rewrite(spark: SparkSession, lake: Lake, name: str, path: str,
 
     column = TIME_ORDERED[name]
     table = lake.table(name)
-    mark = time_mark(table.metadata().configuration)
+    metadata = table.metadata()
+    mark = time_mark(metadata.configuration)
     tail = _after_mark(pa.table(table.get_add_actions(flatten=True)), column, mark)
     if tail.num_rows == 0:
         return
@@ -320,7 +321,7 @@ def _time_ordered_rewrite(spark: SparkSession, lake: Lake, name: str, path: str,
     rows = spark.read.format("delta").load(path)
     writer = rows.where(F.col(column) > mark) if mark is not None else rows
     ranges = max(1, -(-int(pc.sum(tail.column("num_records")).as_py()) // TIME_ORDERED_FILE_ROWS))
-    partitions = table.metadata().partition_columns
+    partitions = metadata.partition_columns
     out = writer.repartitionByRange(ranges, column).sortWithinPartitions(*partitions, column) \
         .write.format("delta").mode("overwrite")
     # Delta takes no replaceWhere on a data column in a commit marked as a rearrangement, so the
@@ -333,7 +334,7 @@ def _time_ordered_rewrite(spark: SparkSession, lake: Lake, name: str, path: str,
     # excepted): the property is off for the rewrite only, while the writer lock keeps every
     # writer of the table out. A crash in between leaves it off until the next maintenance run,
     # which sets it first (it is one of the table's wanted properties).
-    append_only = table.metadata().configuration.get(APPEND_ONLY) == "true"
+    append_only = metadata.configuration.get(APPEND_ONLY) == "true"
     if append_only:
         _set_properties(lake, name, {APPEND_ONLY: "false"}, meta)
     out.save(path)
@@ -342,7 +343,8 @@ def _time_ordered_rewrite(spark: SparkSession, lake: Lake, name: str, path: str,
 
 
 def wanted_properties(name: str, hours: int) -> dict[str, str]:
-    """The properties table ``name`` should carry: the retention ones and its layout ones."""
+    """The properties table ``name`` should carry: the retention ones, its layout ones and the
+    ones of its DDL that a rewrite turns off for a while (:data:`DDL_PROPERTIES`)."""
     return {**retention_properties(hours), **LAYOUT_PROPERTIES.get(name, {}), **DDL_PROPERTIES.get(name, {})}
 
 
