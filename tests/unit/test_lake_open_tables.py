@@ -43,6 +43,9 @@ def test_commits_of_another_process_are_seen_by_the_open_table(lake: Lake) -> No
     assert ids(lake) == [1, 2, 3, 4]
     assert sorted(lake.read("objects", columns=["id"], version=0).column("id").to_pylist()) == [1, 2]
     assert lake.version("objects") == 2
+    # The latest version asked for by number is the open table (no second read of the log).
+    assert lake.table("objects", version=2) is lake.table("objects")
+    assert lake.table("objects", version=1) is not lake.table("objects")
 
 
 def test_a_table_made_again_at_the_same_place_is_opened_afresh(lake: Lake) -> None:

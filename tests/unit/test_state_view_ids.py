@@ -82,3 +82,27 @@ def test_where_in() -> None:
     assert where(sub_id__in=None) is None
     with pytest.raises(ValueError, match="empty list"):
         where(sub_id__in=[])
+
+
+def test_live_among_follows_the_rule_by_brute_force_and_agrees_with_read(tmp_path: Path) -> None:
+    lake = _lake(tmp_path)
+    view = StateView.open(lake)
+    snapshot = set(lake.read("knn_state", columns=["sub_id"]).column("sub_id").to_pylist())
+    finals: dict[int, list[tuple[int, str]]] = {}
+    for r in lake.read("journal").to_pylist():
+        if r["record"] == "final" and r["plan_version"] == view.plan_version and r["t"] > view.through_t:
+            finals.setdefault(r["sub_id"], []).append((r["t"], r["change"]))
+
+    def live(sub: int) -> bool:  # the module's rule, record by record
+        if sub not in finals:
+            return sub in snapshot
+        newest = max(t for t, _ in finals[sub])
+        return any(change == "upsert" for t, change in finals[sub] if t == newest)
+
+    rng = np.random.default_rng(11)
+    for size in (1, 7, 100, 460):
+        ids = rng.choice(500, size, replace=False)  # ids live, deleted and never seen
+        ids = np.concatenate([ids, ids[: size // 3]])  # repeats are answered once
+        got = view.live_among(ids)
+        assert got.tolist() == sorted(s for s in set(ids.tolist()) if live(s)), size
+        assert got.tolist() == sorted(view.read(columns=["sub_id"], sub_ids=ids.tolist()).column("sub_id").to_pylist())

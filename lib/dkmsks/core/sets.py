@@ -22,8 +22,12 @@ ArrayT = TypeVar("ArrayT", bound="np.ndarray[Any, Any]")
 def member(values: npt.ArrayLike, pool: npt.ArrayLike) -> npt.NDArray[np.bool_]:
     """For each of ``values``, whether it occurs in ``pool`` (``np.isin`` by a sorted ``pool``:
     O((n + m) log m) for n values and m pool entries, so pass the smaller array as ``pool``)."""
+    return in_sorted(values, np.sort(np.asarray(pool).ravel()))
+
+
+def in_sorted(values: npt.ArrayLike, pool: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """:func:`member` for a ``pool`` that is sorted already (1-d): O(n log m), no copy of it."""
     values = np.asarray(values)
-    pool = np.sort(np.asarray(pool).ravel())
     if pool.shape[0] == 0 or values.size == 0:
         return np.zeros(values.shape, dtype=bool)
     at = np.searchsorted(pool, values)

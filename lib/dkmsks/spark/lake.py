@@ -132,6 +132,44 @@ def _commit_file(uri: str, version: int) -> tuple[int, int, int]:
 _open = _OpenTables()
 
 
+#: Up to this many files' values are kept as sorted arrays of their own; then they are merged
+#: into one (a look-up searches each array, so their number is what a look-up costs).
+_MERGE_AFTER = 16
+
+
+@dataclass
+class _ColumnValues:
+    """One column's values of a table's data files: the files read, and their values sorted."""
+
+    paths: set[str] = field(default_factory=set)
+    version: int | None = None  # the table version last read
+    merged: Any = None  # np.ndarray, sorted: the values of the files read before the last merge
+    recent: list[Any] = field(default_factory=list)  # sorted arrays, one per file read since
+
+
+class _FileValues(threading.local):
+    """Each thread's values of an integer column, read once per data file.
+
+    A Delta data file never changes once written (a rewrite adds a new file and removes the
+    old one), so a long-running publisher reads only the files landed since its last call: at
+    |O| = 1M with random object ids, every publish read all 1M ids again to check its 1,000
+    (their id range spans every file's, so the files' statistics skip none). Per process, as
+    :class:`_OpenTables`; per thread so no lock is held while a file is read.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.columns: dict[tuple[str, str], _ColumnValues] = {}
+
+    def of(self, key: tuple[str, str]) -> _ColumnValues:
+        if self.pid != os.getpid():
+            self.pid, self.columns = os.getpid(), {}
+        return self.columns.setdefault(key, _ColumnValues())
+
+
+_values = _FileValues()
+
+
 @dataclass(frozen=True)
 class Lake:
     """Locations of the project's tables (one warehouse database), as plain strings."""
@@ -156,7 +194,9 @@ class Lake:
         if name not in self.uris:
             raise KeyError(f"table {name} is not one of the project's tables")
         uri = self.uris[name]
-        if version is None and (table := _open.latest(uri)) is not None:
+        # A pinned version that is still the latest (a job's reads right after its look at
+        # the versions) is the open table too: opening it again re-reads the whole log.
+        if (table := _open.latest(uri)) is not None and version in (None, table.version()):
             return table
         try:
             table = DeltaTable(uri, version=version)
@@ -206,6 +246,46 @@ class Lake:
             return int(pc.max(actions.column(key)).as_py())
         values = self.read(name, columns=[column], version=version).column(column)
         return int(pc.max(values).as_py()) if len(values) and values.null_count < len(values) else None
+
+    def sorted_values(self, name: str, column: str, version: int | None = None) -> list[Any]:
+        """The values of integer ``column`` over the live rows of ``name`` (at ``version``,
+        default the latest), as a few sorted int64 arrays whose union they are
+        (:func:`dkmsks.core.sets.in_sorted` looks values up in them). Kept per process
+        (:class:`_FileValues`), so a long-running caller pays for what changed only:
+
+        - While every row of a listed file is live and stored under its column's name (reader
+          protocol 1: no deletion vectors, no column mapping; no partition column), each data
+          file is read once, and a call opens only the files added since the last one. When a
+          file read before is gone (OPTIMIZE, VACUUM), every file is read again.
+        - Otherwise (``knn_state``: compactions leave deletion vectors) the column is read
+          through the table's scan once per table version.
+        """
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        table = self.table(name, version)
+        at = int(table.version())
+        cached = _values.of((self.uris[name], column))
+        if table.protocol().min_reader_version > 1 or column in table.metadata().partition_columns:
+            if cached.version != at:
+                values = self.read(name, columns=[column], version=at).column(column).to_numpy()
+                cached.paths, cached.recent = set(), []
+                cached.merged, cached.version = np.sort(np.asarray(values, dtype=np.int64)), at
+            return [cached.merged]
+        files = table.file_uris()
+        if cached.version is not None and at < cached.version or not cached.paths.issubset(set(files)):
+            cached.paths, cached.merged, cached.recent = set(), None, []
+        for path in files:
+            if path not in cached.paths:
+                values = pq.read_table(path, columns=[column]).column(column).to_numpy()
+                cached.recent.append(np.sort(np.asarray(values, dtype=np.int64)))
+                cached.paths.add(path)
+        if len(cached.recent) > _MERGE_AFTER or cached.merged is None:
+            parts = [a for a in (cached.merged, *cached.recent) if a is not None]
+            cached.merged = np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+            cached.recent = []
+        cached.version = at
+        return [cached.merged, *cached.recent]
 
     def version(self, name: str) -> int:
         """The latest version of table ``name``."""

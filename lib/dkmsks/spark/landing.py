@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import Op
-from dkmsks.core.sets import member
+from dkmsks.core.sets import in_sorted
 from dkmsks.io.formats import (
     EVENT_COLUMNS,
     OBJECT_COLUMNS,
@@ -264,12 +264,12 @@ def _check_objects(lake: Lake, rows: pa.Table, sealed: int) -> tuple[pa.Table, i
     ids = _ints(rows.column("id"))
     replay = np.zeros(rows.num_rows, dtype=bool)
     refuse: dict[int, str] = {}
-    # Data skipping on the id range: a batch of new ids usually touches no landed file at all.
-    landed_ids = _ints(lake.read(tables.OBJECTS, columns=["id"], predicate=where(
-        id__ge=int(ids.min()), id__le=int(ids.max()))).column("id"))
-    # The landed ids that are in the batch first (sorting the batch's ~1,000 ids, not the ~1M
-    # landed ones), then which batch rows they are.
-    seen = np.flatnonzero(member(ids, landed_ids[member(landed_ids, ids)]))
+    # The landed ids, sorted, read file by file once per process (Lake.sorted_values): object
+    # ids are not ordered by time, so a batch's id range spans every landed file's.
+    landed = np.zeros(ids.shape[0], dtype=bool)
+    for chunk in lake.sorted_values(tables.OBJECTS, "id"):
+        landed |= in_sorted(ids, chunk)
+    seen = np.flatnonzero(landed)
     if seen.size:
         wanted = ids[seen]
         prior = lake.read(tables.OBJECTS, columns=["id", "x", "y", "keywords", "t", "source", "line"],
@@ -331,7 +331,7 @@ def _liveness(lake: Lake, batch: pa.Table) -> dict[int, str]:
     wanted = pa.array(np.unique(ids))
     info = current_plan(lake)
     view = StateView.open(lake, fallback_plan=None if info is None else info.plan_version)
-    live = _ints(view.read(columns=["sub_id"], sub_ids=wanted.to_pylist()).column("sub_id"))
+    live = view.live_among(ids)
     # Processed as of the journal version the state was read at: events after it are pending.
     processed = last_processed(lake, view.journal_version)
     pending = lake.read(tables.EVENTS, columns=["op", "id", "t"], predicate=where(t__gt=processed))

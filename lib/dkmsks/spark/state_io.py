@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Vocabulary
-from dkmsks.core.sets import member
+from dkmsks.core.sets import in_sorted, member
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake, where
 
@@ -76,6 +76,26 @@ class StateView:
                             worker__eq=worker), sub_ids=sub_ids,
         )
         return overlay(snapshot, tail, columns)
+
+    def live_among(self, sub_ids: np.ndarray) -> np.ndarray:
+        """Which of ``sub_ids`` are live in the current state (sorted, distinct): the ids
+        :meth:`read` would return for them, without reading their rows.
+
+        The snapshot's ids come from :meth:`Lake.sorted_values` (read once per ``knn_state``
+        version: a publisher's ~200 ids in the scan's ``IN`` list cost ~40 ms a call at
+        |S| = 1M); the journal's tail after the mark is a few thousand records, read whole
+        and filtered here, as :meth:`Lake.read` does for long id lists."""
+        wanted = np.unique(np.asarray(sub_ids, dtype=np.int64))
+        in_snapshot = np.zeros(wanted.shape[0], dtype=bool)
+        for chunk in self.lake.sorted_values(tables.STATE, "sub_id", version=self.state_version):
+            in_snapshot |= in_sorted(wanted, chunk)
+        tail = self.lake.read(tables.JOURNAL, columns=["sub_id", "t", "change"], version=self.journal_version,
+                              predicate=where(record__eq="final", plan_version__eq=self.plan_version,
+                                              t__gt=self.through_t))
+        tail = tail.filter(pc.is_in(tail.column("sub_id"), value_set=pa.array(wanted)))
+        snapshot = pa.table({"sub_id": pa.array(wanted[in_snapshot], type=pa.int64())})
+        live = overlay(snapshot, tail, ["sub_id"]).column("sub_id").to_numpy()
+        return np.sort(np.asarray(live, dtype=np.int64))
 
 
 def snapshot_mark(lake: Lake, version: int | None = None) -> int | None:
