@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -35,32 +34,33 @@ def values(lake: Lake, version: int | None = None) -> list[int]:
 
 
 @pytest.fixture
-def reads(monkeypatch) -> list[str]:
-    """The data files read, in order."""
-    opened: list[str] = []
-    real = pq.read_table
+def reads(monkeypatch) -> list[list[str]]:
+    """The data files read, one list per scan (every file goes through ``_read_column``)."""
+    opened: list[list[str]] = []
+    real = lake_module._read_column
 
-    def counting(path, *args, **kwargs):
-        opened.append(str(path))
-        return real(path, *args, **kwargs)
+    def counting(paths, column):
+        opened.append([str(path) for path in paths])
+        return real(paths, column)
 
-    monkeypatch.setattr(pq, "read_table", counting)
+    monkeypatch.setattr(lake_module, "_read_column", counting)
     return opened
 
 
-def test_only_new_files_are_read_and_every_call_equals_a_scan(tmp_path: Path, reads: list[str], monkeypatch) -> None:
+def test_only_new_files_are_read_and_every_call_equals_a_scan(
+        tmp_path: Path, reads: list[list[str]], monkeypatch) -> None:
     monkeypatch.setattr(lake_module, "_MERGE_AFTER", 3)  # merges happen within the test
     uri = str(tmp_path / "objects")
     lake = Lake({"objects": uri})
     rng = np.random.default_rng(3)
     write_deltalake(uri, pa.table({"id": rng.permutation(10_000).astype(np.int64)}), mode="append")
-    assert values(lake) == scanned(uri) and len(reads) == 1
+    assert values(lake) == scanned(uri) and [len(scan) for scan in reads] == [1]
     for round_ in range(8):  # another writer appends, the lake appends, a call in between each
         write_deltalake(uri, pa.table({"id": rng.integers(0, 50_000, 300)}), mode="append")
         lake.append("objects", pa.table({"id": pa.array(rng.integers(0, 50_000, 200), pa.int64())}))
         before = len(reads)
         assert values(lake) == scanned(uri), round_
-        assert len(reads) - before == 2, "only the two files added since the last call are read"
+        assert [len(scan) for scan in reads[before:]] == [2], "the two files added since, in one scan"
     # Look-ups against the chunks find exactly the landed ids.
     probe = rng.integers(0, 60_000, 2_000)
     found = np.zeros(probe.shape[0], dtype=bool)
@@ -72,13 +72,14 @@ def test_only_new_files_are_read_and_every_call_equals_a_scan(tmp_path: Path, re
     assert values(lake) == scanned(uri)
 
 
-def test_a_rewrite_that_removes_files_is_read_again(tmp_path: Path) -> None:
+def test_a_rewrite_that_removes_files_is_read_again(tmp_path: Path, reads: list[list[str]]) -> None:
     uri = str(tmp_path / "objects")
     lake = Lake({"objects": uri})
     for part in range(4):
         write_deltalake(uri, pa.table({"id": pa.array(np.arange(part * 100, part * 100 + 100), pa.int64())}),
                         mode="append")
     assert values(lake) == list(range(400))
+    assert [len(scan) for scan in reads] == [4], "a cold call reads every file in one scan"
     DeltaTable(uri).delete("id >= 150 AND id < 250")  # rewrites the files holding those rows
     assert values(lake) == scanned(uri) == [*range(150), *range(250, 400)]
     DeltaTable(uri).optimize.compact()  # packs the files: every file read before is gone
@@ -88,7 +89,7 @@ def test_a_rewrite_that_removes_files_is_read_again(tmp_path: Path) -> None:
 
 
 def test_a_table_that_may_hold_deletion_vectors_is_read_through_its_scan_per_version(
-        tmp_path: Path, reads: list[str], monkeypatch) -> None:
+        tmp_path: Path, reads: list[list[str]], monkeypatch) -> None:
     uri = str(tmp_path / "objects")
     lake = Lake({"objects": uri})
     scans: list[int | None] = []

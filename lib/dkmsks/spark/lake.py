@@ -170,6 +170,19 @@ class _FileValues(threading.local):
 _values = _FileValues()
 
 
+def _read_column(paths: Sequence[str], column: str) -> Any:
+    """Integer ``column`` of the Parquet files ``paths``, as one int64 array.
+
+    One threaded scan of all of them: reading 63 files one by one took 0.42–0.57 s against
+    0.04 s for the same ids in one scan (a cold publisher's first call opens every file)."""
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    files = [path.removeprefix("file://") for path in paths]
+    values = ds.dataset(files, format="parquet").to_table(columns=[column]).column(column)
+    return np.asarray(values.to_numpy(), dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Lake:
     """Locations of the project's tables (one warehouse database), as plain strings."""
@@ -261,7 +274,6 @@ class Lake:
           through the table's scan once per table version.
         """
         import numpy as np
-        import pyarrow.parquet as pq
 
         table = self.table(name, version)
         at = int(table.version())
@@ -275,11 +287,10 @@ class Lake:
         files = table.file_uris()
         if cached.version is not None and at < cached.version or not cached.paths.issubset(set(files)):
             cached.paths, cached.merged, cached.recent = set(), None, []
-        for path in files:
-            if path not in cached.paths:
-                values = pq.read_table(path, columns=[column]).column(column).to_numpy()
-                cached.recent.append(np.sort(np.asarray(values, dtype=np.int64)))
-                cached.paths.add(path)
+        new = [path for path in files if path not in cached.paths]
+        if new:
+            cached.recent.append(np.sort(_read_column(new, column)))
+            cached.paths.update(new)
         if len(cached.recent) > _MERGE_AFTER or cached.merged is None:
             parts = [a for a in (cached.merged, *cached.recent) if a is not None]
             cached.merged = np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
