@@ -173,8 +173,10 @@ _values = _FileValues()
 def _read_column(paths: Sequence[str], column: str) -> Any:
     """Integer ``column`` of the Parquet files ``paths``, as one int64 array.
 
-    One threaded scan of all of them: reading 63 files one by one took 0.42–0.57 s against
-    0.04 s for the same ids in one scan (a cold publisher's first call opens every file)."""
+    One threaded scan of all of them: the 69 files of the 1M freshness warehouse (1.16M ids)
+    in 0.035–0.045 s, against 0.07–0.10 s file by file (``pq.read_table``), in a warm process.
+    A process's first read costs ~0.25 s whichever way (pyarrow.dataset's import alone is
+    0.23 s; file by file, the first reads of each file), once per process."""
     import numpy as np
     import pyarrow.dataset as ds
 
