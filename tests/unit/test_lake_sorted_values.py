@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from dkmsks.core.sets import in_sorted
+from dkmsks.core.sets import in_any_sorted
 from dkmsks.spark import lake as lake_module
 from dkmsks.spark.lake import Lake
 
@@ -63,9 +63,7 @@ def test_only_new_files_are_read_and_every_call_equals_a_scan(
         assert [len(scan) for scan in reads[before:]] == [2], "the two files added since, in one scan"
     # Look-ups against the chunks find exactly the landed ids.
     probe = rng.integers(0, 60_000, 2_000)
-    found = np.zeros(probe.shape[0], dtype=bool)
-    for chunk in lake.sorted_values("objects", "id"):
-        found |= in_sorted(probe, chunk)
+    found = in_any_sorted(probe, lake.sorted_values("objects", "id"))
     assert found.tolist() == np.isin(probe, scanned(uri)).tolist()
     # A pinned older version reads what that version holds (and the latest again after it).
     assert values(lake, version=3) == scanned(uri, version=3)

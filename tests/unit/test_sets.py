@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dkmsks.core.sets import SLICE_LIMIT, delete_at, has_duplicates, insert_at, member
+from dkmsks.core.sets import SLICE_LIMIT, delete_at, has_duplicates, in_any_sorted, insert_at, member
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +24,17 @@ def test_member_equals_isin(n_values: int, n_pool: int) -> None:
 def test_member_at_the_pool_ends() -> None:
     pool = np.array([10, 20, 30])
     np.testing.assert_array_equal(member([9, 10, 11, 29, 30, 31], pool), [False, True, False, False, True, False])
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [0, 40], [1, 1], [500, 3, 0, 2_000]])
+def test_in_any_sorted_equals_isin_on_the_union(sizes: list[int]) -> None:
+    rng = np.random.default_rng(len(sizes) * 11 + sum(sizes))
+    pools = [np.sort(rng.integers(-50, 3_000, size)) for size in sizes]
+    values = rng.integers(-60, 3_100, 1_500)
+    union = np.concatenate(pools) if pools else np.empty(0, dtype=np.int64)
+    got = in_any_sorted(values, pools)
+    assert got.dtype == np.bool_ and got.shape == values.shape
+    np.testing.assert_array_equal(got, np.isin(values, union))
 
 
 def test_has_duplicates() -> None:

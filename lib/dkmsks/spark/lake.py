@@ -265,7 +265,7 @@ class Lake:
     def sorted_values(self, name: str, column: str, version: int | None = None) -> list[Any]:
         """The values of integer ``column`` over the live rows of ``name`` (at ``version``,
         default the latest), as a few sorted int64 arrays whose union they are
-        (:func:`dkmsks.core.sets.in_sorted` looks values up in them). Kept per process
+        (:func:`dkmsks.core.sets.in_any_sorted` looks values up in them). Kept per process
         (:class:`_FileValues`), so a long-running caller pays for what changed only:
 
         - While every row of a listed file is live and stored under its column's name (reader

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import Op
-from dkmsks.core.sets import in_sorted
+from dkmsks.core.sets import in_any_sorted
 from dkmsks.io.formats import (
     EVENT_COLUMNS,
     OBJECT_COLUMNS,
@@ -266,10 +266,7 @@ def _check_objects(lake: Lake, rows: pa.Table, sealed: int) -> tuple[pa.Table, i
     refuse: dict[int, str] = {}
     # The landed ids, sorted, read file by file once per process (Lake.sorted_values): object
     # ids are not ordered by time, so a batch's id range spans every landed file's.
-    landed = np.zeros(ids.shape[0], dtype=bool)
-    for chunk in lake.sorted_values(tables.OBJECTS, "id"):
-        landed |= in_sorted(ids, chunk)
-    seen = np.flatnonzero(landed)
+    seen = np.flatnonzero(in_any_sorted(ids, lake.sorted_values(tables.OBJECTS, "id")))
     if seen.size:
         wanted = ids[seen]
         prior = lake.read(tables.OBJECTS, columns=["id", "x", "y", "keywords", "t", "source", "line"],

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Vocabulary
-from dkmsks.core.sets import in_sorted, member
+from dkmsks.core.sets import in_any_sorted, member
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake, where
 
@@ -86,9 +86,8 @@ class StateView:
         |S| = 1M); the journal's tail after the mark is a few thousand records, read whole
         and filtered here, as :meth:`Lake.read` does for long id lists."""
         wanted = np.unique(np.asarray(sub_ids, dtype=np.int64))
-        in_snapshot = np.zeros(wanted.shape[0], dtype=bool)
-        for chunk in self.lake.sorted_values(tables.STATE, "sub_id", version=self.state_version):
-            in_snapshot |= in_sorted(wanted, chunk)
+        in_snapshot = in_any_sorted(wanted, self.lake.sorted_values(tables.STATE, "sub_id",
+                                                                    version=self.state_version))
         tail = self.lake.read(tables.JOURNAL, columns=["sub_id", "t", "change"], version=self.journal_version,
                               predicate=where(record__eq="final", plan_version__eq=self.plan_version,
                                               t__gt=self.through_t))
