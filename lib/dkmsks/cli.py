@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 #: Command modules in the order ``dkm --help`` lists them.
 COMMAND_MODULES = (
@@ -33,6 +35,10 @@ COMMAND_MODULES = (
     "maintain",
     "bench",
 )
+
+
+#: Commands that read the Delta logs through delta-rs and pyarrow alone: no Spark, no pandas.
+ARROW_ONLY_COMMANDS = frozenset({"export", "results", "watch", "status"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,5 +79,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def console() -> int:
+    """The installed ``dkm`` script (and ``python -m dkmsks.cli``): :func:`main`, with pandas
+    kept out of the :data:`ARROW_ONLY_COMMANDS`.
+
+    pyarrow imports pandas the first time it converts anything (``pa.array``), only to tell
+    pandas objects apart: 0.3 s of every such command's start here (a quarter of ``dkm status``
+    at |S| = 1M, and what kept ``dkm export`` above 2 s). These commands never hand it one, so
+    the script marks pandas absent before they start and pyarrow takes its pandas-free path.
+    Only the script does this, whose process ends with the command: a caller of :func:`main`
+    in its own process (a test, a notebook) keeps its pandas."""
+    argv = sys.argv[1:]
+    if argv and argv[0] in ARROW_ONLY_COMMANDS and "pandas" not in sys.modules:
+        # A finder, not ``sys.modules["pandas"] = None``: pyarrow 26 looks pandas up in
+        # sys.modules itself and fails on a None entry; an ImportError is its "no pandas".
+        sys.meta_path.insert(0, _NoPandas())
+    return main(argv)
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder under which pandas is not installed."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ModuleNotFoundError(f"pandas is kept out of this command ({__name__}.console)", name=fullname)
+        return None
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

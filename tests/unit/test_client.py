@@ -281,6 +281,40 @@ def test_the_client_never_loads_spark(processed):
     assert done.stdout.strip() == "[]"
 
 
+def _imported_and_output(argv, out_file):
+    """Run ``argv`` under ``-X importtime``: the modules it imported (a refused import is listed
+    too, but none of its submodules), and what it printed and wrote to ``out_file``."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    written = out_file.read_text() if out_file.exists() else None
+    out_file.unlink(missing_ok=True)
+    return imported, done.stdout, written
+
+
+@pytest.mark.parametrize("command, plain_loads_pandas", [
+    (["status"], True), (["results", "--sub", "100"], True),
+    (["watch", "--from", "0", "--no-follow"], False),  # on this warehouse it converts nothing by pa.array
+    (["export", "--out", "OUT"], True)])
+def test_the_dkm_script_keeps_pandas_out_of_the_arrow_only_readers(processed, tmp_path, command, plain_loads_pandas):
+    from dkmsks.cli import ARROW_ONLY_COMMANDS
+
+    assert command[0] in ARROW_ONLY_COMMANDS
+    out = tmp_path / "export.jsonl"
+    argv = [str(out) if a == "OUT" else a for a in command] + ["--warehouse", str(processed.root)]
+    script, printed, written = _imported_and_output(["-m", "dkmsks.cli", *argv], out)
+    assert "pyarrow" in script and not any(m.startswith("pandas.") for m in script)
+    # The same command through main() in a process that may import pandas: the same answer
+    # (and pyarrow imports it there, so the script's finder is what kept it out).
+    in_process = "import sys; from dkmsks.cli import main; sys.exit(main(sys.argv[1:]))"
+    plain, printed_plain, written_plain = _imported_and_output(["-c", in_process, *argv], out)
+    assert ("pandas.core.frame" in plain) == plain_loads_pandas
+    assert (printed, written) == (printed_plain, written_plain) and printed.strip()
+    if command[0] == "export":
+        assert written and len(written.splitlines()) == 2  # subscriptions 100 and 102
+
+
 def test_ctrl_c_ends_dkm_watch_cleanly(processed):
     import os
     import signal
