@@ -108,3 +108,17 @@ def test_a_table_that_may_hold_deletion_vectors_is_read_through_its_scan_per_ver
     assert scans == [0, 1]
     assert values(lake, version=0) == list(range(50))
     assert reads == [], "no data file is read past the table's own scan"
+
+
+def test_on_reuse_the_first_ask_reads_nothing_and_later_ones_equal_a_scan(
+        tmp_path: Path, reads: list[list[str]]) -> None:
+    uri = str(tmp_path / "objects")
+    lake = Lake({"objects": uri})
+    write_deltalake(uri, pa.table({"id": pa.array([5, 3, 9], pa.int64())}), mode="append")
+    assert lake.sorted_values_on_reuse("objects", "id") is None and reads == []
+    for ids in ([4, 1], [8]):
+        chunks = lake.sorted_values_on_reuse("objects", "id")
+        assert chunks is not None and sorted(np.concatenate(chunks).tolist()) == scanned(uri)
+        write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+    assert lake.sorted_values_on_reuse("objects", "id", version=0) is not None
+    assert sorted(np.concatenate(lake.sorted_values_on_reuse("objects", "id")).tolist()) == scanned(uri)

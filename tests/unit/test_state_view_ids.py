@@ -84,7 +84,7 @@ def test_where_in() -> None:
         where(sub_id__in=[])
 
 
-def test_live_among_follows_the_rule_by_brute_force_and_agrees_with_read(tmp_path: Path) -> None:
+def test_live_among_follows_the_rule_by_brute_force_and_agrees_with_read(tmp_path: Path, monkeypatch) -> None:
     lake = _lake(tmp_path)
     view = StateView.open(lake)
     snapshot = set(lake.read("knn_state", columns=["sub_id"]).column("sub_id").to_pylist())
@@ -100,9 +100,19 @@ def test_live_among_follows_the_rule_by_brute_force_and_agrees_with_read(tmp_pat
         return any(change == "upsert" for t, change in finals[sub] if t == newest)
 
     rng = np.random.default_rng(11)
-    for size in (1, 7, 100, 460):
+    cached = []  # which calls found the snapshot's ids kept: none the first, every later one
+    real = Lake.sorted_values_on_reuse
+
+    def spying(self, *args, **kwargs):
+        got = real(self, *args, **kwargs)
+        cached.append(got is not None)
+        return got
+
+    monkeypatch.setattr(Lake, "sorted_values_on_reuse", spying)
+    for size in (1, 7, 100, 460, 3, 250):
         ids = rng.choice(500, size, replace=False)  # ids live, deleted and never seen
         ids = np.concatenate([ids, ids[: size // 3]])  # repeats are answered once
         got = view.live_among(ids)
         assert got.tolist() == sorted(s for s in set(ids.tolist()) if live(s)), size
         assert got.tolist() == sorted(view.read(columns=["sub_id"], sub_ids=ids.tolist()).column("sub_id").to_pylist())
+    assert cached == [False, True, True, True, True, True]

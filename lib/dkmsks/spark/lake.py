@@ -145,6 +145,7 @@ class _ColumnValues:
     version: int | None = None  # the table version last read
     merged: Any = None  # np.ndarray, sorted: the values of the files read before the last merge
     recent: list[Any] = field(default_factory=list)  # sorted arrays, one per file read since
+    asked: bool = False  # whether this thread asked for them before (Lake.sorted_values_on_reuse)
 
 
 class _FileValues(threading.local):
@@ -299,6 +300,21 @@ class Lake:
             cached.recent = []
         cached.version = at
         return [cached.merged, *cached.recent]
+
+    def sorted_values_on_reuse(self, name: str, column: str, version: int | None = None) -> list[Any] | None:
+        """:meth:`sorted_values`, from this process's second ask for them on; ``None`` at the
+        first, for the caller to read just the rows it needs instead.
+
+        For a one-shot process (``dkm publish``, an Airflow task) keeping a whole column costs
+        more than it saves: at |S| = 1M a publisher's first liveness check that read all the
+        snapshot's ids took 0.14 s, against 0.10 s with the batch's ids in the scans' predicate,
+        and |S| = 10M is ten times the ids to read and sort. A process that asks again is
+        long-running (the client, follow's landing), and pays for them once per table version."""
+        cached = _values.of((self.uris[name], column))
+        if not cached.asked:
+            cached.asked = True
+            return None
+        return self.sorted_values(name, column, version)
 
     def version(self, name: str) -> int:
         """The latest version of table ``name``."""

@@ -81,13 +81,18 @@ class StateView:
         """Which of ``sub_ids`` are live in the current state (sorted, distinct): the ids
         :meth:`read` would return for them, without reading their rows.
 
-        The snapshot's ids come from :meth:`Lake.sorted_values` (read once per ``knn_state``
-        version: a publisher's ~200 ids in the scan's ``IN`` list cost ~40 ms a call at
-        |S| = 1M); the journal's tail after the mark is a few thousand records, read whole
+        The snapshot's ids come from :meth:`Lake.sorted_values_on_reuse` (read once per
+        ``knn_state`` version, from a process's second call on: a publisher's ~200 ids in the
+        scan's ``IN`` list cost ~40 ms a call at |S| = 1M, which the first call still pays);
+        the journal's tail after the mark is a few thousand records, read whole
         and filtered here, as :meth:`Lake.read` does for long id lists."""
         wanted = np.unique(np.asarray(sub_ids, dtype=np.int64))
-        in_snapshot = in_any_sorted(wanted, self.lake.sorted_values(tables.STATE, "sub_id",
-                                                                    version=self.state_version))
+        snapshot_ids = self.lake.sorted_values_on_reuse(tables.STATE, "sub_id", version=self.state_version)
+        if snapshot_ids is None:  # this process's first ask: only the batch's rows, by the predicate
+            found = self.lake.read(tables.STATE, columns=["sub_id"], version=self.state_version,
+                                   sub_ids=wanted.tolist()).column("sub_id").to_numpy()
+            snapshot_ids = [np.sort(np.asarray(found, dtype=np.int64))]
+        in_snapshot = in_any_sorted(wanted, snapshot_ids)
         tail = self.lake.read(tables.JOURNAL, columns=["sub_id", "t", "change"], version=self.journal_version,
                               predicate=where(record__eq="final", plan_version__eq=self.plan_version,
                                               t__gt=self.through_t))
