@@ -88,11 +88,12 @@ class StateView:
         and filtered here, as :meth:`Lake.read` does for long id lists."""
         wanted = np.unique(np.asarray(sub_ids, dtype=np.int64))
         snapshot_ids = self.lake.sorted_values_on_reuse(tables.STATE, "sub_id", version=self.state_version)
-        if snapshot_ids is None:  # this process's first ask: only the batch's rows, by the predicate
+        if snapshot_ids is not None:
+            in_snapshot = in_any_sorted(wanted, snapshot_ids)
+        else:  # this process's first ask: only the batch's rows, by the predicate
             found = self.lake.read(tables.STATE, columns=["sub_id"], version=self.state_version,
-                                   sub_ids=wanted.tolist()).column("sub_id").to_numpy()
-            snapshot_ids = [np.sort(np.asarray(found, dtype=np.int64))]
-        in_snapshot = in_any_sorted(wanted, snapshot_ids)
+                                   sub_ids=wanted.tolist()).column("sub_id")
+            in_snapshot = member(wanted, found.to_numpy())
         tail = self.lake.read(tables.JOURNAL, columns=["sub_id", "t", "change"], version=self.journal_version,
                               predicate=where(record__eq="final", plan_version__eq=self.plan_version,
                                               t__gt=self.through_t))
