@@ -9,7 +9,9 @@ import pytest
 from dkmsks.jobs.follow import build_slot
 
 
-def _build(folder, slots, log, hold):
+def _build(folder, slots, log, hold, start=None):
+    if start is not None:  # every builder asks at once, however late the loaded machine started it
+        start.wait(30)
     with build_slot(folder, slots, poll=0.005) as slot:
         log.put(("in", time.monotonic(), slot))
         time.sleep(hold)
@@ -28,7 +30,8 @@ def _most_at_once(events):
 def test_at_most_slots_builds_run_at_once_and_all_run(tmp_path, slots):
     ctx = multiprocessing.get_context("fork")
     log = ctx.Queue()
-    procs = [ctx.Process(target=_build, args=(tmp_path, slots, log, 0.15)) for _ in range(6)]
+    start = ctx.Barrier(6)
+    procs = [ctx.Process(target=_build, args=(tmp_path, slots, log, 0.15, start)) for _ in range(6)]
     for p in procs:
         p.start()
     for p in procs:
