@@ -475,8 +475,8 @@ def test_follow_mode_refuses_too_few_task_slots(spark, pipeline_db, tmp_path):
     from dkmsks.jobs.follow import FollowSession
 
     _partition(spark, pipeline_db, "dkm", 2)
-    with pytest.raises(ValueError, match=r"at least m \+ 1 = 3 task slots"):
-        FollowSession(spark, pipeline_db, run_id="f").start()
+    with pytest.raises(ValueError, match=r"keeps 2 worker tasks running .* at least 3 task slots, but Spark has 2"):
+        FollowSession(spark, pipeline_db, run_id="f", processes=2).start()
 
 
 def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(spark, pipeline_db, workload, tmp_path):
@@ -484,10 +484,10 @@ def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(s
     from dkmsks.jobs.partition import run_repartition
 
     oracle = workload[3]
-    # The test session has 2 task slots: one for the long-running worker task, one for the
-    # driver's reads and commits.
-    _partition(spark, pipeline_db, "dkm", 1)
-    with FollowSession(spark, pipeline_db, run_id="follow") as session:
+    # The test session has 2 task slots: one for the long-running worker task, which hosts
+    # all three workers of the plan, one for the driver's reads and commits.
+    _partition(spark, pipeline_db, "dkm", 3)
+    with FollowSession(spark, pipeline_db, run_id="follow", processes=1) as session:
         for t in range(1, 4):
             report = session.step(max_timestamps=1)
             assert report.timestamps == [t]

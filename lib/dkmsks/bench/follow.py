@@ -2,7 +2,8 @@
 
 Runs against a warehouse that is already partitioned and has pending timestamps (for example
 the one ``dkm bench pipeline`` leaves under its workdir, which runs this benchmark as a
-subprocess). Starts a :class:`~dkmsks.jobs.follow.FollowSession` on ``local[m + 2]`` and:
+subprocess). Starts a :class:`~dkmsks.jobs.follow.FollowSession` on ``local[m + 2]`` (``--processes``
+worker tasks host its workers) and:
 
 1. ``--timestamps`` rounds of ONE timestamp each: the per-timestamp latency of follow mode
    (median, min, max; per phase);
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timestamps", type=int, default=20, help="rounds to time (one timestamp each)")
     p.add_argument("--backlog", type=int, default=0, help="then one round over this many pending timestamps")
     p.add_argument("--slots", type=int, default=None, help="local[N] task slots (default m + 2)")
+    p.add_argument("--processes", type=int, default=None,
+                   help="worker tasks hosting the m workers (default: follow mode's, one per core)")
     p.add_argument("--json", type=Path, default=None,
                    help="write the measurements here (with the commit, the machine and the parameters)")
     args = p.parse_args(argv)
@@ -61,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "master": f"local[{slots}]"}
     try:
         started = time.perf_counter()
-        session = FollowSession(spark, warehouse, run_id="bench-follow")
+        session = FollowSession(spark, warehouse, run_id="bench-follow", processes=args.processes)
         session.start()
         out["startup_s"] = time.perf_counter() - started
         rounds: list[dict[str, Any]] = []

@@ -1,5 +1,5 @@
-"""``dkm follow``: keep one application and one task per worker warm; process each new
-timestamp as it lands (publish with ``dkm publish`` from another shell)."""
+"""``dkm follow``: keep one application and its workers warm; process each new timestamp as it
+lands (publish with ``dkm publish`` from another shell)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "follow",
         help="process new timestamps as they land, with warm workers (low latency)",
         description=(
-            "Starts one long-running Spark task per worker (built once from knn_state) and a warm "
-            "main server, then polls the landing tables and processes each new timestamp with the "
-            "same exactly-once commit protocol as 'dkm run'. Needs at least m + 1 task slots: "
-            "the default master is local[--slots]."
+            "Starts long-running Spark tasks that build the plan's m workers once from knn_state "
+            "(--processes of them, one per core by default) and a warm main server, then polls the "
+            "landing tables and processes each new timestamp with the same exactly-once commit "
+            "protocol as 'dkm run'. Needs at least --processes + 1 task slots: the default master "
+            "is local[--slots]."
         ),
     )
     add_warehouse(p)
@@ -31,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--build-slots", type=_at_least_one, default=None,
                    help="worker tasks that build their state at once at start-up (default: one per core; "
                         "each build holds several times the memory the built worker keeps)")
+    p.add_argument("--processes", type=_at_least_one, default=None,
+                   help="long-running worker tasks (Python processes) that host the plan's m workers between them "
+                        "(default: one per core, at most m; each applies its workers one after another, which on "
+                        "few cores wastes less than m processes time-slicing them)")
     p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
     p.add_argument("--nice", type=int, default=None,
                    help="CPU nice value of follow mode's processes and, when it leads its session, of the session "
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
                               max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
-                              build_slots=args.build_slots, log=lambda text: print(text, flush=True))
+                              build_slots=args.build_slots, processes=args.processes,
+                              log=lambda text: print(text, flush=True))
     finally:
         spark.stop()

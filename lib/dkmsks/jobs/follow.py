@@ -1,22 +1,23 @@
-"""Follow mode: one warm application, one long-running Spark task per worker.
+"""Follow mode: one warm application whose long-running Spark tasks keep the workers built.
 
 A catch-up run rebuilds every worker from the state — right for a backlog, wrong for one
 timestamp at a time: docs/design.md §3 fact 6 says touching all state per timestamp is the enemy.
-Here the ``m`` worker tasks of one barrier stage build their worker once and then stay
-alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round. The driver —
-the main server, also kept warm — routes each new timestamp, drops the payload into a spool
-directory, collects the workers' records from it and commits them with the same protocol as
-a catch-up run: one journal append per round, under the writer lock (released between
-rounds, so a scheduled catch-up run or a repartition can get in; the session then sees the
-foreign commit and restarts from Delta). When idle it compacts the journal into
+Here the tasks of one barrier stage build the ``m`` workers once (each task hosts every
+``processes``-th worker, :func:`hosted_workers`; one task per core by default) and then stay
+alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round to its workers in
+turn. The driver — the main server, also kept warm — routes each new timestamp, drops the
+payload into a spool directory, collects the workers' records from it and commits them with the
+same protocol as a catch-up run: one journal append per round, under the writer lock (released
+between rounds, so a scheduled catch-up run or a repartition can get in; the session then sees
+the foreign commit and restarts from Delta). When idle it compacts the journal into
 ``knn_state`` once the uncompacted tail is large.
 
 The spool is a local directory, so follow mode needs the driver and executors to share a
 filesystem (local mode, or a cluster with the warehouse volume mounted everywhere, as in
-``docker-compose.yml``), and at least ``m + 1`` task slots: the worker stage holds ``m`` of
-them for as long as the session lives, and the driver's own reads and commits need the rest. If a
-worker task fails, the session stops; the next session rebuilds from Delta, where every
-committed timestamp is safe.
+``docker-compose.yml``), and at least ``processes + 1`` task slots: the worker stage holds
+``processes`` of them for as long as the session lives, and the driver's own reads and commits
+need the rest. If a worker task fails, the session stops; the next session rebuilds from Delta,
+where every committed timestamp is safe.
 """
 
 from __future__ import annotations
@@ -184,38 +185,53 @@ def prefault_heap(total: int = ROUND_HEAP_PREFAULT, piece: int = 1 << 20) -> Non
     del pieces
 
 
+def hosted_workers(task: int, processes: int, workers: int) -> list[int]:
+    """The workers that worker task ``task`` of ``processes`` hosts: every ``processes``-th one."""
+    return list(range(task, workers, processes))
+
+
+def default_processes(workers: int) -> int:
+    """Worker tasks of a follow session when not given: one per core, at most one per worker."""
+    return max(1, min(workers, os.cpu_count() or 1))
+
+
 def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
-                       build_slots: int) -> Any:
-    """Body of one long-running worker task (executed on an executor)."""
+                       build_slots: int, processes: int, workers: int) -> Any:
+    """Body of one long-running worker task (executed on an executor): it builds the workers it
+    hosts (:func:`hosted_workers`), then applies each round's payload to them in turn."""
     from pyspark import BarrierTaskContext
 
-    worker_id = BarrierTaskContext.get().partitionId()
+    task = BarrierTaskContext.get().partitionId()
+    hosted = hosted_workers(task, processes, workers)
     folder = Path(spool)
     try:
-        with build_slot(folder, build_slots):
-            session = WorkerSession(worker_id, view.read(worker=worker_id), **config)
-            warm_kernels()  # ready means ready: the first round pays no compile or cache load
-            warm_arrow()
+        sessions = []
+        for worker_id in hosted:
+            with build_slot(folder, build_slots):
+                sessions.append(WorkerSession(worker_id, view.read(worker=worker_id), **config))
+        warm_kernels()  # ready means ready: the first round pays no compile or cache load
+        warm_arrow()
         if keep_freed_memory():
             prefault_heap()
-        _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
+        for worker_id in hosted:
+            _atomic_write(folder / f"ready.w{worker_id:04d}", b"ok")
         n = 0
         while True:
             wait_at_gate(folder, n)
             payload_path = _round_file(folder, n)
             if payload_path.exists():
                 payload = pickle.loads(payload_path.read_bytes())
-                records = session.apply(payload)
-                _atomic_write(_output_file(folder, n, worker_id), to_ipc(records))
+                for session in sessions:  # each worker's records go out as soon as they are made
+                    _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(session.apply(payload)))
                 n += 1
             elif (folder / "stop").exists():
                 break
             else:
                 time.sleep(poll)
     except Exception:
-        _atomic_write(folder / f"error.w{worker_id:04d}", traceback.format_exc().encode())
+        _atomic_write(folder / f"error.t{task:04d}", traceback.format_exc().encode())
         raise
-    return iter([(worker_id, n)])
+    return iter([(task, n)])
 
 
 class StateChanged(RuntimeError):
@@ -244,7 +260,8 @@ class FollowSession:
     IDLE_RECHECK_S = 5.0
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, *, run_id: str, poll: float = 0.005,
-                 start_timeout: float = 600.0, build_slots: int | None = None) -> None:
+                 start_timeout: float = 600.0, build_slots: int | None = None,
+                 processes: int | None = None) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.run_id = run_id
@@ -253,6 +270,9 @@ class FollowSession:
         self.start_timeout = start_timeout
         #: How many worker tasks build at once (:func:`build_slot`): one per core by default.
         self.build_slots = max(1, build_slots or os.cpu_count() or 1)
+        #: How many long-running worker tasks host the plan's workers (:func:`hosted_workers`):
+        #: None, one per core (:func:`default_processes`); at most one per worker.
+        self.processes = processes
         self.stats = FollowStats()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -272,13 +292,14 @@ class FollowSession:
             if info is None or last is None:
                 raise ValueError("no partition plan yet: run the partition job after ingesting O_init")
             self.info = info
+            processes = min(info.workers, self.processes or default_processes(info.workers))
             slots = spark.sparkContext.defaultParallelism
-            if slots < info.workers + 1:
+            if slots < processes + 1:
                 raise ValueError(
-                    f"follow mode keeps one task per worker running and still needs a slot for its own reads "
-                    f"and commits: at least m + 1 = {info.workers + 1} task slots, but Spark has {slots}; "
-                    f"start it with --master local[{info.workers + 2}] or more (threads are cheap: idle "
-                    "worker tasks only wait)"
+                    f"follow mode keeps {processes} worker tasks running (the {info.workers} workers of the plan, "
+                    f"--processes) and still needs a slot for its own reads and commits: at least "
+                    f"{processes + 1} task slots, but Spark has {slots}; start it with --master "
+                    f"local[{processes + 1}] or more, or with fewer --processes"
                 )
             self.last = last
             self._landing = {name: lake.version(name) for name in LANDING}
@@ -294,9 +315,9 @@ class FollowSession:
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
         m, spool, poll, slots = info.workers, str(self.spool), self.poll, self.build_slots
         rdd = (
-            spark.sparkContext.parallelize(range(m), m)
+            spark.sparkContext.parallelize(range(processes), processes)
             .barrier()
-            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll, slots))
+            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll, slots, processes, m))
         )
 
         def drive() -> None:
@@ -334,7 +355,7 @@ class FollowSession:
         self.stop()
 
     def _check(self) -> None:
-        errors = sorted(self.spool.glob("error.w*"))
+        errors = sorted(self.spool.glob("error.t*"))
         if errors:
             raise RuntimeError(f"worker task failed:\n{errors[0].read_text()}")
         if self._failure is not None:
@@ -444,6 +465,7 @@ def follow_forever(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
     log: Any = print, stop: threading.Event | None = None, build_slots: int | None = None,
+    processes: int | None = None,
 ) -> int:
     """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
     ``stop`` is set (a service's SIGTERM).
@@ -452,7 +474,7 @@ def follow_forever(
     ``knn_state`` changed by another job (a catch-up run, a repartition's new plan) is
     restarted from Delta, so a new plan is picked up within a round; any other failure
     propagates (the caller's restart policy applies). Every round writes a status file
-    (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``: see
+    (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``, ``processes``: see
     :class:`FollowSession`.
     """
     stop = stop or threading.Event()
@@ -468,7 +490,8 @@ def follow_forever(
                 return 0
             stop.wait(poll)
             continue
-        with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots) as session:
+        with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots,
+                           processes=processes) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
             write_status(warehouse, run_id, state="following", plan=session.info.plan_version, last_t=session.last)
             try:
