@@ -116,3 +116,72 @@ def test_a_worker_task_on_the_numpy_reference_kernel_emits_the_same_records(seed
     reference = _records(objects, events, T)
     assert compiled.num_rows > 0
     assert reference.select(keep).equals(compiled.select(keep))
+
+
+def _split(objects, events, workers):
+    """The initial ``knn_state`` rows dealt to ``workers`` workers (sub i to worker i mod m) and
+    a payload whose insertions go round-robin too and whose deletions go to the owner."""
+    state = _initial_state(objects, events)
+    owner = {int(s): i % workers for i, s in enumerate(state.column("sub_id").to_pylist())}
+    base = _payload(objects, events, 3)
+    ins_worker = (np.arange(base.ins_ids.shape[0]) % workers).astype(np.int32)
+    del_worker = np.zeros(base.del_ids.shape[0], dtype=np.int32)
+    for t in range(1, T + 1):  # a timestamp's deletions first (an id may come back at once)
+        for i in np.flatnonzero(base.del_t == t).tolist():
+            del_worker[i] = owner.pop(int(base.del_ids[i]))
+        for i in np.flatnonzero(base.ins_t == t).tolist():
+            owner[int(base.ins_ids[i])] = int(ins_worker[i])
+    import dataclasses
+
+    payload = dataclasses.replace(base, ins_worker=ins_worker, del_worker=del_worker)
+    worker_of = np.arange(state.num_rows) % workers
+    parts = [state.filter(pa.array(worker_of == w)) for w in range(workers)]
+    return [p.set_column(p.schema.get_field_index("worker"), "worker",
+                         pa.array(np.full(p.num_rows, w, np.int32))) for w, p in enumerate(parts)], payload
+
+
+@pytest.mark.parametrize(("method", "seed"), [("dkm", 3), ("dkm", 8), ("kop", 5)])
+def test_hosted_workers_sharing_a_round_emit_the_records_each_makes_alone(method, seed):
+    """A follow task's workers share one vocabulary and each round's inputs (keyword ids, routed
+    events, probe groups and the sorted probe: RoundInputs); their records are those each
+    worker makes alone, with the groups kept or (keep_bytes=0) made again per worker, and the
+    change records of all of them replay to the oracle at every timestamp."""
+    from dkmsks.spark.bridge import RoundInputs, WorkerSession
+
+    objects, events = adversarial_case(seed, timestamps=T)
+    states, payload = _split(objects, events, 3)
+    payload = __import__("dataclasses").replace(payload, method=method)
+    keep = ["record", "t", "seq", "worker", "sub_id", "change", "object_ids", "d2", "x", "y", "keywords", "k",
+            "registered_t", "weight", "subset", "subscriptions", "pairs_tested", "pairs_in_ball",
+            "results_changed"]
+
+    def session(w, vocab=None):
+        return WorkerSession(w, states[w], method=method, space=payload.space, grid=4, vocab=vocab)
+
+    alone = [session(w).apply(payload).select(keep) for w in range(3)]
+    assert all(t.num_rows > 0 for t in alone)
+    for keep_bytes in (RoundInputs.KEEP_BYTES, 0):
+        vocab = Vocabulary()
+        hosted = [session(w, vocab) for w in range(3)]
+        inputs = RoundInputs(payload, vocab, keep_bytes=keep_bytes)
+        shared = [s.apply(inputs).select(keep) for s in hosted]
+        for w in range(3):
+            assert shared[w].equals(alone[w]), (keep_bytes, w)
+        assert (inputs.kept_bytes > 0) == (keep_bytes > 0)
+    with pytest.raises(ValueError, match="another vocabulary"):
+        session(0).apply(RoundInputs(payload, Vocabulary()))
+
+    results = {int(s): KnnResult(np.asarray(o, np.int64), np.asarray(d, np.float64))
+               for st in states
+               for s, o, d in zip(*(st.column(c).to_pylist() for c in ("sub_id", "object_ids", "d2")), strict=True)}
+    changes = [c for t in alone for c in t.filter(pa.compute.equal(t.column("record"), "change")).to_pylist()]
+    for t in range(1, T + 1):
+        phase = {"delete": 0, "insert": 1, "update": 2}  # as one timestamp is applied (docs/design.md §1)
+        for c in sorted((c for c in changes if c["t"] == t), key=lambda c: (phase[c["change"]], c["worker"], c["seq"])):
+            if c["change"] == "delete":
+                del results[c["sub_id"]]
+            else:
+                results[c["sub_id"]] = KnnResult(np.asarray(c["object_ids"], np.int64),
+                                                 np.asarray(c["d2"], np.float64))
+        expected = oracle_results(objects, events, t)
+        assert results_equal(results, expected), f"t={t}: " + describe_difference(results, expected)

@@ -75,7 +75,9 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
                              pairs_in_ball=t, results_changed=n, knn_ms=0.5 * t, insert_ms=0.25, delete_ms=0.125))
 
     vocab = Vocabulary()
-    for word in ("tea", "bar", "cafe", "zoo", "art"):  # ids in an order that is not the words' order
+    # Ids in an order that is not the words' order, and words no final row uses (only the used
+    # ones are ranked).
+    for word in ("tea", "bar", "aardvark", "cafe", "zoo", "art", "bean"):
         vocab.id_of(word)
     sets = [["zoo", "bar"], ["tea"], ["art", "cafe", "tea"]]
     ptr = np.cumsum([0] + [len(s) for s in sets]).astype(np.int64)
@@ -85,7 +87,7 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     final = StateArrays(np.array([11, 12, 13], np.int64), np.array([0.5, 1.5, -2.0]), np.array([3.0, 4.0, 5.0]),
                         kw, k, np.array([0, 2, 5], np.int64), ids, d2)
     records.finals_upsert(final, np.array([3, 4, 6], np.int64), np.array([1, 2, 3], np.int64),
-                          np.array([9, 8, 7], np.int64), np.array([0, -1, 2], np.int64), vocab.words)
+                          np.array([9, 8, 7], np.int64), np.array([0, -1, 2], np.int64), vocab)
     for i in range(3):
         expected.append(_row(record="final", t=[3, 4, 6][i], seq=i + 1, worker=WORKER, sub_id=11 + i, change="upsert",
                              object_ids=_kept(ids[i], ids[i], k[i]), d2=_kept(ids[i], d2[i], k[i]),

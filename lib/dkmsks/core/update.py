@@ -215,7 +215,7 @@ def _changed(before_ids: Int64Array, before_d2: Float64Array, state: KnnState, r
 
 def process_stepwise(
     state: KnnState, index: WorkerIndex, objects: Objects, *, budget: int = DEFAULT_BUDGET,
-    kernel: str | None = None,
+    kernel: str | None = None, probe: Probe | None = None,
 ) -> Iterator[StepStats]:
     """Exact kNN update for objects of several timestamps, one probe for all of them.
 
@@ -224,7 +224,8 @@ def process_stepwise(
     that enters a result during the batch). The accepted pairs are then merged one timestamp
     at a time, in order, yielding after each, so the caller sees the state after every
     timestamp — per-timestamp result changes at the probe cost of one batch. ``objects`` must
-    be sorted by ``t``. The index is not told about shrunken balls here. ``kernel`` as in
+    be sorted by ``t``. The index is not told about shrunken balls here. ``kernel`` and
+    ``probe`` (the index's probe of ``objects``, computed once for several workers) as in
     :func:`process_batch`.
     """
     if len(objects) == 0:
@@ -232,14 +233,16 @@ def process_stepwise(
     ts, first_of_t = np.unique(objects.t, return_index=True)
     n_per_t = np.diff(np.append(first_of_t, len(objects)))
     if kernel_name(kernel) == "numba":
-        yield from _stepwise_compiled(state, index, objects, ts, n_per_t)
+        yield from _stepwise_compiled(state, index, objects, ts, n_per_t, probe)
         return
+    if isinstance(probe, SortedProbe):
+        probe = probe.pairs()
     tested = np.zeros(ts.shape[0], dtype=np.int64)
     acc_r: list[Int64Array] = []
     acc_o: list[Int64Array] = []
     acc_d: list[Float64Array] = []
     acc_t: list[Int64Array] = []
-    for obj, rows in index.candidates(state, objects, budget):
+    for obj, rows in index.candidates(state, objects, budget, probe):
         tested += np.bincount(np.searchsorted(ts, objects.t[obj]), minlength=ts.shape[0])
         r, o, d, ot = _accept(state, objects, obj, rows)
         if r.shape[0]:
@@ -274,10 +277,11 @@ def process_stepwise(
 
 
 def _stepwise_compiled(
-    state: KnnState, index: WorkerIndex, objects: Objects, ts: Int64Array, n_per_t: Int64Array
+    state: KnnState, index: WorkerIndex, objects: Objects, ts: Int64Array, n_per_t: Int64Array,
+    probe: Probe | None = None,
 ) -> Iterator[StepStats]:
     """:func:`process_stepwise` through the compiled kernels (same results and counters)."""
-    rows, oid, d2, ot, tested_obj = index.lookup_accept(state, objects)
+    rows, oid, d2, ot, tested_obj = index.lookup_accept(state, objects, probe)
     tested = np.bincount(np.searchsorted(ts, objects.t), weights=tested_obj, minlength=ts.shape[0]).astype(np.int64)
     total = max(int(tested.sum()), 1)
     order = np.argsort(ot, kind="stable")
@@ -388,14 +392,17 @@ class Worker:
             self.index.forget(freed)
         self.index.maintain(self.state)
 
-    def process_stepwise(self, objects: Objects, through: int | None = None) -> Iterator[StepStats]:
+    def process_stepwise(self, objects: Objects, through: int | None = None,
+                         probe: Probe | None = None) -> Iterator[StepStats]:
         """:func:`process_stepwise` (one probe, the state after every timestamp), then the
         same lazy index maintenance as :meth:`process` once for the batch.
 
         ``through``: the batch's last timestamp when it may have no objects (the watermark
-        still reaches it, so subscriptions deleted up to it are released)."""
+        still reaches it, so subscriptions deleted up to it are released). ``probe``: the
+        index's probe of ``objects``, when shared with other workers built alike."""
         touched: list[Int64Array] = []
-        for step in process_stepwise(self.state, self.index, objects, budget=self.budget, kernel=self.kernel):
+        for step in process_stepwise(self.state, self.index, objects, budget=self.budget, kernel=self.kernel,
+                                     probe=probe):
             touched.append(step.stats.updated_rows)
             yield step
         updated = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)

@@ -44,7 +44,7 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark import tables
-from dkmsks.spark.bridge import WorkerSession, warm_arrow, warm_kernels
+from dkmsks.spark.bridge import RoundInputs, WorkerSession, warm_arrow, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
 from dkmsks.spark.lake import Lake
@@ -198,7 +198,8 @@ def default_processes(workers: int) -> int:
 def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
                        build_slots: int, processes: int, workers: int) -> Any:
     """Body of one long-running worker task (executed on an executor): it builds the workers it
-    hosts (:func:`hosted_workers`), then applies each round's payload to them in turn."""
+    hosts (:func:`hosted_workers`) over one vocabulary, then applies each round's payload to
+    them in turn, its inputs made once for all of them (:class:`RoundInputs`)."""
     from pyspark import BarrierTaskContext
 
     task = BarrierTaskContext.get().partitionId()
@@ -206,9 +207,10 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
     folder = Path(spool)
     try:
         sessions = []
+        vocab = Vocabulary()  # one for the hosted workers: they share each round's keyword ids and probes
         for worker_id in hosted:
             with build_slot(folder, build_slots):
-                sessions.append(WorkerSession(worker_id, view.read(worker=worker_id), **config))
+                sessions.append(WorkerSession(worker_id, view.read(worker=worker_id), vocab=vocab, **config))
         warm_kernels()  # ready means ready: the first round pays no compile or cache load
         warm_arrow()
         if keep_freed_memory():
@@ -220,9 +222,10 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
             wait_at_gate(folder, n)
             payload_path = _round_file(folder, n)
             if payload_path.exists():
-                payload = pickle.loads(payload_path.read_bytes())
+                inputs = RoundInputs(pickle.loads(payload_path.read_bytes()), vocab)
                 for session in sessions:  # each worker's records go out as soon as they are made
-                    _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(session.apply(payload)))
+                    _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(session.apply(inputs)))
+                del inputs
                 n += 1
             elif (folder / "stop").exists():
                 break

@@ -129,22 +129,93 @@ class BatchPayload:
     probe_timestamps: int = 10
 
 
+class RoundInputs:
+    """A payload's inputs in one vocabulary, made once for every worker that shares it.
+
+    A follow-mode task hosts several workers (jobs/follow.py) and applies each round's payload
+    to them one after another. Built alike and over one vocabulary, they agree on the payload's
+    keyword ids, on each timestamp's routed deletions and insertions, on each probe group's
+    objects and, where the index's probe does not depend on the worker's subscriptions (the
+    DkM-SKS grid, KOP: ``shared_probe``), on the probe itself and its sorted form, as the
+    in-memory engine's workers share them (dkmsks.core.engine). Each part is made by the first
+    worker that asks for it; groups are kept for the next workers up to ``keep_bytes`` (a 1M/1M
+    round holds ~0.26 MiB of them per timestamp), later ones are made again by each worker.
+    """
+
+    #: The probe groups a round keeps for the next workers, at most (bytes).
+    KEEP_BYTES = 256 << 20
+
+    def __init__(self, payload: BatchPayload, vocab: Vocabulary, keep_bytes: int = KEEP_BYTES) -> None:
+        self.payload = payload
+        self.vocab = vocab
+        self.keep_bytes = keep_bytes
+        self.kept_bytes = 0
+        self.objects = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, payload.obj_keywords.encode(vocab),
+                               payload.obj_t)
+        self._ins_keywords = payload.ins_keywords.encode(vocab)
+        self._events: dict[int, tuple[RoutedDeletions, RoutedInsertions]] = {}
+        self._groups: dict[tuple[int, int], tuple[Objects, kernel.Probe | None]] = {}
+
+    def events(self, t: int) -> tuple[RoutedDeletions, RoutedInsertions]:
+        """The deletions and insertions of timestamp ``t`` for every worker (each takes its own)."""
+        if t not in self._events:
+            p = self.payload
+            at = np.flatnonzero(p.del_t == t)
+            deletions = RoutedDeletions(t, p.del_ids[at], p.del_worker[at])
+            at = np.flatnonzero(p.ins_t == t)
+            insertions = RoutedInsertions(
+                t, Subscriptions(p.ins_ids[at], p.ins_x[at], p.ins_y[at], self._ins_keywords.take(at), p.ins_k[at],
+                                 p.ins_t[at]),
+                p.ins_worker[at], p.ins_weight[at])
+            self._events[t] = deletions, insertions
+        return self._events[t]
+
+    def group(self, first: int, last: int, worker: Worker) -> tuple[Objects, kernel.Probe | None]:
+        """The objects of timestamps ``first..last`` and, when ``worker``'s index kind shares
+        it, their probe (sorted under the compiled kernel, as the engine's)."""
+        key = (first, last)
+        if key in self._groups:
+            return self._groups[key]
+        lo, hi = np.searchsorted(self.payload.obj_t, [first, last + 1])
+        objects = self.objects.take(np.arange(lo, hi))
+        probe: kernel.Probe | None = None
+        if len(objects) and worker.index.shared_probe:
+            probe = worker.index.probe(objects)
+            if worker.kernel == "numba":
+                # Sorted once, the probe serves every hosted worker's lookups in one forward
+                # pass each: 10 workers' applies of a 105-timestamp round at 1M/1M took 1.57 s
+                # of CPU this way against 2.15 s with the plain probe shared (docs/benchmarks.md).
+                probe = kernel.SortedProbe.of(*probe)
+        size = _nbytes(objects.ids, objects.x, objects.y, objects.t, objects.keywords.ptr, objects.keywords.ids)
+        size += _nbytes(*(probe.keys, probe.ptr, probe.owners) if isinstance(probe, kernel.SortedProbe)
+                        else probe or ())
+        if self.kept_bytes + size <= self.keep_bytes:
+            self.kept_bytes += size
+            self._groups[key] = objects, probe
+        return objects, probe
+
+
+def _nbytes(*arrays: np.ndarray) -> int:
+    return sum(int(a.nbytes) for a in arrays)
+
+
 class WorkerSession:
     """One worker's warm state: built once from its ``knn_state`` rows, then fed batches.
 
     :meth:`apply` processes a :class:`BatchPayload` (pending timestamps in order) and yields
     output records; the worker stays in memory between calls, so a long-running task (follow
-    mode) pays the index build once (docs/design.md §3 fact 6).
+    mode) pays the index build once (docs/design.md §3 fact 6). Sessions given one ``vocab``
+    (the workers of one task) can share each payload's inputs (:class:`RoundInputs`).
     """
 
     def __init__(self, worker_id: int, state: pa.Table, *, method: str,
                  space: tuple[float, float, float, float], grid: int,
-                 index_options: dict[str, float] | None = None) -> None:
+                 index_options: dict[str, float] | None = None, vocab: Vocabulary | None = None) -> None:
         from dkmsks.spark.state_io import state_arrays
 
         self.worker_id = worker_id
         self.method = method
-        self.vocab = Vocabulary()
+        self.vocab = Vocabulary() if vocab is None else vocab
         arrays = state_arrays(state, self.vocab)
         # Cost and plan subset are not part of the core state; the finals need them back.
         order = np.argsort(arrays.sub_ids, kind="stable")
@@ -174,7 +245,7 @@ class WorkerSession:
                 weight[i], subset[i] = self._registered[sid], -1
         return weight, subset
 
-    def apply(self, payload: BatchPayload) -> pa.Table:
+    def apply(self, payload: BatchPayload | RoundInputs) -> pa.Table:
         """Apply every timestamp of ``payload`` (deletions, insertions, objects); its records.
 
         Timestamps go in groups of ``payload.probe_timestamps``: a group's deletions and
@@ -184,14 +255,16 @@ class WorkerSession:
         applying one timestamp at a time: per timestamp its deletions, insertions and result
         updates (``seq`` in that order), and one metric. A follow-mode batch is one timestamp,
         a catch-up shares each probe over several. Records are built column-wise (tens of
-        thousands per worker and batch).
+        thousands per worker and batch). ``payload`` may come as :class:`RoundInputs` over this
+        session's vocabulary, shared with the other workers of a task: the same records.
         """
+        inputs = payload if isinstance(payload, RoundInputs) else RoundInputs(payload, self.vocab)
+        if inputs.vocab is not self.vocab:
+            raise ValueError(f"worker {self.worker_id}: the round's inputs use another vocabulary than the worker")
+        payload = inputs.payload
         worker_id, worker, vocab = self.worker_id, self.worker, self.vocab
         state = worker.state
-        obj_kw = payload.obj_keywords.encode(vocab)
-        ins_kw_all = payload.ins_keywords.encode(vocab)
         out = _Records(worker_id)
-        objects_all = Objects(payload.obj_ids, payload.obj_x, payload.obj_y, obj_kw, payload.obj_t)
         width = max(1, int(payload.probe_timestamps))
         timestamps = list(payload.timestamps)
 
@@ -203,8 +276,7 @@ class WorkerSession:
             times: dict[int, tuple[float, float]] = {}
             for t in group:
                 started = time.perf_counter()
-                at = np.flatnonzero(payload.del_t == t)
-                routed_del = RoutedDeletions(t, payload.del_ids[at], payload.del_worker[at])
+                routed_del, routed_ins = inputs.events(t)
                 deleted[t] = routed_del.ids[routed_del.workers == worker_id]
                 if remove_deletions(worker, worker_id, routed_del, at_t=True):
                     for sid in deleted[t].tolist():
@@ -212,11 +284,6 @@ class WorkerSession:
                 delete_ms = (time.perf_counter() - started) * 1e3
 
                 started = time.perf_counter()
-                at = np.flatnonzero(payload.ins_t == t)
-                routed_ins = RoutedInsertions(
-                    t, Subscriptions(payload.ins_ids[at], payload.ins_x[at], payload.ins_y[at], ins_kw_all.take(at),
-                                     payload.ins_k[at], payload.ins_t[at]),
-                    payload.ins_worker[at], payload.ins_weight[at])
                 rows = add_insertions(worker, worker_id, routed_ins)
                 inserted[t] = routed_ins.subs.ids[rows]
                 for sid, weight in zip(inserted[t].tolist(), routed_ins.weights[rows].tolist(), strict=True):
@@ -226,10 +293,10 @@ class WorkerSession:
 
             # One probe for the group's objects; the results that changed at each timestamp
             # are read right after its merge (later merges change the same rows).
-            lo, hi = np.searchsorted(payload.obj_t, [group[0], group[-1] + 1])
             started = time.perf_counter()
+            objects, probe = inputs.group(group[0], group[-1], worker)
             steps: dict[int, tuple[Any, tuple[np.ndarray, ...]]] = {}
-            for step in worker.process_stepwise(objects_all.take(np.arange(lo, hi)), through=group[-1]):
+            for step in worker.process_stepwise(objects, through=group[-1], probe=probe):
                 rows = step.stats.updated_rows
                 rows = rows[np.argsort(state.sub_id[rows], kind="stable")]
                 steps[step.t] = (step, (state.sub_id[rows].copy(), state.k[rows].copy(),
@@ -255,7 +322,7 @@ class WorkerSession:
         if upserts.shape[0]:
             final = state.to_arrays(state.rows_of(sub[upserts]))  # ascending ids, as `sub`
             weight, subset = self._weights_of(final.sub_ids)
-            out.finals_upsert(final, t_last[upserts], seq_last[upserts], weight, subset, vocab.words)
+            out.finals_upsert(final, t_last[upserts], seq_last[upserts], weight, subset, vocab)
         gone = np.flatnonzero(was_delete)
         out.finals_delete(sub[gone], t_last[gone], seq_last[gone])
         return out.table()
@@ -358,16 +425,18 @@ class _Records:
         return sub[pick], t[pick], seq[pick], dele[pick]
 
     def finals_upsert(self, final: Any, t: np.ndarray, seq: np.ndarray, weight: np.ndarray, subset: np.ndarray,
-                      words: list[str]) -> None:
+                      vocab: Vocabulary) -> None:
         n = len(final)
         kw = final.keywords
         ptr = np.asarray(kw.ptr, dtype=np.int64)
-        # Each row's words in text order: its ids' ranks among all words, sorted, read back.
-        word_array = np.asarray(words, dtype=str)
+        # Each row's words in text order: its ids' ranks among the words these rows use, sorted,
+        # read back (only those are ranked: a task's vocabulary can hold 100k+ words).
+        used, local = np.unique(np.asarray(kw.ids, dtype=np.int64), return_inverse=True)
+        word_array = np.asarray([vocab.word(k) for k in used.tolist()], dtype=str)
         in_text_order = np.argsort(word_array, kind="stable")
         rank = np.empty(in_text_order.shape[0], dtype=np.int64)
         rank[in_text_order] = np.arange(in_text_order.shape[0])
-        keywords = _ListPiece(np.diff(ptr), word_array[in_text_order[_sort_rows(ptr, rank[kw.ids])]])
+        keywords = _ListPiece(np.diff(ptr), word_array[in_text_order[_sort_rows(ptr, rank[local.reshape(-1)])]])
         self._part(n, {
             "record": "final", "t": t, "seq": seq, "worker": self.worker_id, "sub_id": final.sub_ids,
             "change": "upsert", "object_ids": _lists(final.k, final.ids, final.ids),
