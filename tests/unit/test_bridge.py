@@ -84,13 +84,19 @@ def test_a_shared_probe_emits_the_records_of_one_timestamp_at_a_time(seed):
         metrics = shared.filter(pa.compute.equal(shared.column("record"), "metric"))
         assert metrics.column("t").to_pylist() == list(range(1, T + 1))
 
-    # The change records replayed over the initial results give the oracle at every t.
+    _assert_replay_is_the_oracle([_initial_state(objects, events)], [one], objects, events)
+
+
+def _assert_replay_is_the_oracle(states, records, objects, events):
+    """The change records of every worker, replayed over the workers' initial results one
+    timestamp at a time (its deletions, insertions, then updates), give the oracle at every t."""
     results = {int(s): KnnResult(np.asarray(o, np.int64), np.asarray(d, np.float64))
-               for s, o, d in zip(*(_initial_state(objects, events).column(c).to_pylist()
-                                    for c in ("sub_id", "object_ids", "d2")), strict=True)}
-    changes = one.filter(pa.compute.equal(one.column("record"), "change")).to_pylist()
+               for st in states
+               for s, o, d in zip(*(st.column(c).to_pylist() for c in ("sub_id", "object_ids", "d2")), strict=True)}
+    changes = [c for t in records for c in t.filter(pa.compute.equal(t.column("record"), "change")).to_pylist()]
+    phase = {"delete": 0, "insert": 1, "update": 2}  # as one timestamp is applied (docs/design.md §1)
     for t in range(1, T + 1):
-        for c in sorted((c for c in changes if c["t"] == t), key=lambda c: c["seq"]):
+        for c in sorted((c for c in changes if c["t"] == t), key=lambda c: (phase[c["change"]], c["worker"], c["seq"])):
             if c["change"] == "delete":
                 del results[c["sub_id"]]
             else:
@@ -170,18 +176,4 @@ def test_hosted_workers_sharing_a_round_emit_the_records_each_makes_alone(method
         assert (inputs.kept_bytes > 0) == (keep_bytes > 0)
     with pytest.raises(ValueError, match="another vocabulary"):
         session(0).apply(RoundInputs(payload, Vocabulary()))
-
-    results = {int(s): KnnResult(np.asarray(o, np.int64), np.asarray(d, np.float64))
-               for st in states
-               for s, o, d in zip(*(st.column(c).to_pylist() for c in ("sub_id", "object_ids", "d2")), strict=True)}
-    changes = [c for t in alone for c in t.filter(pa.compute.equal(t.column("record"), "change")).to_pylist()]
-    for t in range(1, T + 1):
-        phase = {"delete": 0, "insert": 1, "update": 2}  # as one timestamp is applied (docs/design.md §1)
-        for c in sorted((c for c in changes if c["t"] == t), key=lambda c: (phase[c["change"]], c["worker"], c["seq"])):
-            if c["change"] == "delete":
-                del results[c["sub_id"]]
-            else:
-                results[c["sub_id"]] = KnnResult(np.asarray(c["object_ids"], np.int64),
-                                                 np.asarray(c["d2"], np.float64))
-        expected = oracle_results(objects, events, t)
-        assert results_equal(results, expected), f"t={t}: " + describe_difference(results, expected)
+    _assert_replay_is_the_oracle(states, alone, objects, events)
