@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.config import PartitionConfig
-from dkmsks.core.kernel import Probe, SortedProbe
+from dkmsks.core.kernel import Probe
 from dkmsks.core.model import (
     Float64Array,
     Int64Array,
@@ -293,14 +293,12 @@ class Engine:
         changed: list[tuple[Int64Array, Float64Array]] = []
         # Workers built alike with a subscription-independent probe (grid, KOP) share one probe
         # here; each worker of the real system computes it itself, so its time counts for each.
-        # The compiled kernel reads it sorted (kernel.SortedProbe), sorted once for all.
+        # The compiled kernel reads it sorted (Worker.shared_probe), sorted once for all.
         probe: Probe | None = None
         probe_time = 0.0
         if len(objects) and self._shared_probe:
             c0 = clock()
-            probe = self.workers[0].index.probe(objects)
-            if self.workers[0].kernel == "numba":
-                probe = SortedProbe.of(*probe)
+            probe = self.workers[0].shared_probe(objects)
             probe_time = clock() - c0
         for w, worker in enumerate(self.workers):
             c0 = clock()

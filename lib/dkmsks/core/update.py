@@ -392,6 +392,15 @@ class Worker:
             self.index.forget(freed)
         self.index.maintain(self.state)
 
+    def shared_probe(self, objects: Objects) -> Probe | None:
+        """The index's probe of ``objects`` in the form workers built alike can share (sorted
+        once under the compiled kernel, :class:`~dkmsks.core.kernel.SortedProbe`), or ``None``
+        when the index kind probes with the worker's own keys (SOP, PS²Stream)."""
+        if not (len(objects) and self.index.shared_probe):
+            return None
+        probe = self.index.probe(objects)
+        return SortedProbe.of(*probe) if self.kernel == "numba" else probe
+
     def process_stepwise(self, objects: Objects, through: int | None = None,
                          probe: Probe | None = None) -> Iterator[StepStats]:
         """:func:`process_stepwise` (one probe, the state after every timestamp), then the

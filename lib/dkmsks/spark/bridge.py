@@ -178,25 +178,21 @@ class RoundInputs:
             return self._groups[key]
         lo, hi = np.searchsorted(self.payload.obj_t, [first, last + 1])
         objects = self.objects.take(np.arange(lo, hi))
-        probe: kernel.Probe | None = None
-        if len(objects) and worker.index.shared_probe:
-            probe = worker.index.probe(objects)
-            if worker.kernel == "numba":
-                # Sorted once, the probe serves every hosted worker's lookups in one forward
-                # pass each: 10 workers' applies of a 105-timestamp round at 1M/1M took 1.57 s
-                # of CPU this way against 2.15 s with the plain probe shared (docs/benchmarks.md).
-                probe = kernel.SortedProbe.of(*probe)
-        size = _nbytes(objects.ids, objects.x, objects.y, objects.t, objects.keywords.ptr, objects.keywords.ids)
-        size += _nbytes(*(probe.keys, probe.ptr, probe.owners) if isinstance(probe, kernel.SortedProbe)
-                        else probe or ())
+        # Sorted once, the probe serves every hosted worker's lookups in one forward pass each:
+        # 10 workers' applies of a 105-timestamp round at 1M/1M took 1.57 s of CPU this way
+        # against 2.15 s with the plain probe shared (docs/benchmarks.md).
+        probe = worker.shared_probe(objects)
+        arrays: list[np.ndarray] = [objects.ids, objects.x, objects.y, objects.t, objects.keywords.ptr,
+                                    objects.keywords.ids]
+        if isinstance(probe, kernel.SortedProbe):
+            arrays += [probe.keys, probe.ptr, probe.owners]
+        elif probe is not None:
+            arrays += [probe[0], probe[1]]
+        size = sum(int(a.nbytes) for a in arrays)
         if self.kept_bytes + size <= self.keep_bytes:
             self.kept_bytes += size
             self._groups[key] = objects, probe
         return objects, probe
-
-
-def _nbytes(*arrays: np.ndarray) -> int:
-    return sum(int(a.nbytes) for a in arrays)
 
 
 class WorkerSession:
@@ -258,7 +254,8 @@ class WorkerSession:
         thousands per worker and batch). ``payload`` may come as :class:`RoundInputs` over this
         session's vocabulary, shared with the other workers of a task: the same records.
         """
-        inputs = payload if isinstance(payload, RoundInputs) else RoundInputs(payload, self.vocab)
+        # A payload of this worker alone keeps no groups: no other worker would read them.
+        inputs = payload if isinstance(payload, RoundInputs) else RoundInputs(payload, self.vocab, keep_bytes=0)
         if inputs.vocab is not self.vocab:
             raise ValueError(f"worker {self.worker_id}: the round's inputs use another vocabulary than the worker")
         payload = inputs.payload
