@@ -22,7 +22,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--until", type=int, default=None, help="process timestamps up to this one only")
     p.add_argument("--max-timestamps", type=int, default=None,
-                   help="commit every N timestamps (0 or absent: all pending in one run)")
+                   help="commit every N timestamps (0 or absent: all pending in one run; with --follow, "
+                        "absent: at most 100 per round, follow mode's default)")
     p.add_argument("--follow", action="store_true",
                    help="keep the application and one task per worker warm; process new timestamps as they land "
                         "(needs at least m task slots, e.g. --master local[32])")
@@ -38,16 +39,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_timestamps is not None and args.max_timestamps < 0:
         p.error("--max-timestamps must be at least 0")
+    args.follow_max_timestamps = args.max_timestamps  # --follow tells absent from 0 (round_cap)
     args.max_timestamps = args.max_timestamps or None
     return args
 
 
 def follow(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
     """Warm workers (one long-running task each) process each new timestamp as it lands."""
-    from dkmsks.jobs.follow import follow_forever
+    from dkmsks.jobs.follow import follow_forever, round_cap
 
     return follow_forever(spark, warehouse, run_id=args.run_id or "follow",
-                          until=args.until, max_timestamps=args.max_timestamps, poll=args.poll,
+                          until=args.until, max_timestamps=round_cap(args.follow_max_timestamps), poll=args.poll,
                           idle_exit=args.idle_exit, log=lambda text: print(text, flush=True))
 
 

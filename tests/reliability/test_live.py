@@ -123,16 +123,20 @@ def test_follow_publishers_and_readers_share_one_warehouse_and_survive_kill_9(li
     while _follow("status", warehouse).returncode == 0 and time.monotonic() < deadline:
         time.sleep(1)
     assert _follow("status", warehouse).returncode != 0  # reported as not running
-    _publish(warehouse, objects, events)  # t=6 lands while nothing processes
-    assert _follow("start", warehouse, "--slots", str(WORKERS + 3), "--poll", "0.2").returncode == 0
-    for _t in (7, 8):
-        _publish(warehouse, objects, events)
+    for _t in (6, 7):
+        _publish(warehouse, objects, events)  # t=6 and 7 land while nothing processes
+    # Restarted with rounds of one timestamp: the backlog of two is taken in two rounds.
+    assert _follow("start", warehouse, "--slots", str(WORKERS + 3), "--poll", "0.2",
+                   "--max-timestamps", "1").returncode == 0
+    _publish(warehouse, objects, events)  # t=8 while it runs
     _wait_processed(warehouse, TIMESTAMPS)
 
     for t in range(TIMESTAMPS + 1):
         _export_equals_oracle(warehouse, oracle, t, out)
     ledger = sorted(r["t"] for r in _journal(warehouse, "ledger"))
     assert ledger == list(range(TIMESTAMPS + 1)), ledger  # each timestamp committed exactly once
+    runs = {r["t"]: (r["run_from_t"], r["run_through_t"]) for r in _journal(warehouse, "ledger")}
+    assert [runs[t] for t in (6, 7, 8)] == [(5, 6), (6, 7), (7, 8)], runs  # one timestamp per round
     changes = [(r["t"], r["sub_id"], r["change"]) for r in _journal(warehouse, "change")]
     assert len(changes) == len(set(changes)), "a result change was journaled twice"
     assert _follow("stop", warehouse).returncode == 0

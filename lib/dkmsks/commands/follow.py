@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds between looks at the landing tables when idle (%(default)s)")
     p.add_argument("--until", type=int, default=None, help="stop after processing timestamp T")
     p.add_argument("--idle-exit", type=float, default=None, help="stop after this many idle seconds")
-    p.add_argument("--max-timestamps", type=int, default=None, help="at most this many timestamps per round")
+    p.add_argument("--max-timestamps", type=_at_least_zero, default=None,
+                   help="at most this many timestamps per round (default 100, which bounds the memory of a "
+                        "catch-up after an outage; 0: all pending in one round)")
     p.add_argument("--build-slots", type=_at_least_one, default=None,
                    help="worker tasks that build their state at once at start-up (default: one per core; "
                         "each build holds several times the memory the built worker keeps)")
@@ -54,6 +56,16 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
 def _nice_from_environment(text: str | None) -> int:
     """``$DKMSKS_FOLLOW_NICE`` as a nice value (the default when unset); a clear error otherwise."""
     if text is None or not text.strip():
@@ -71,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from dkmsks.jobs.follow import follow_forever
+    from dkmsks.jobs.follow import follow_forever, round_cap
     from dkmsks.jobs.priority import raise_cpu_priority
 
     warehouse = warehouse_of(args)
@@ -86,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     spark = session(args, "dkmsks-follow", warehouse, master=args.master or f"local[{args.slots}]")
     try:
         return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
-                              max_timestamps=args.max_timestamps, poll=args.poll, idle_exit=args.idle_exit,
+                              max_timestamps=round_cap(args.max_timestamps), poll=args.poll, idle_exit=args.idle_exit,
                               build_slots=args.build_slots, processes=args.processes,
                               log=lambda text: print(text, flush=True))
     finally:

@@ -464,14 +464,34 @@ class FollowSession:
         self.tail_rows = 0
 
 
+#: Timestamps one round takes at most (:func:`follow_forever`'s default; None: all pending).
+#: A round holds its timestamps' payload and records in memory until it commits: at
+#: |O_init| = |S| = 1M a backlog of 525 timestamps in one round peaked at 3.18-3.48 GiB
+#: (follow's tree, PSS) against 2.70 GiB in rounds of 100 or 105, in about the same time
+#: (6.1-6.8 s of round phases against 6.4-6.9 s), and its first timestamps became visible after
+#: 2.6-2.7 s instead of 6.1-6.8 s (docs/benchmarks.md, "Follow's rounds capped"). Uncapped, an
+#: outage of hours would come back as one round too large for the machine. 100 keeps the live
+#: benchmark's 100-timestamp burst one round.
+ROUND_TIMESTAMPS = 100
+
+
+def round_cap(max_timestamps: int | None) -> int | None:
+    """A ``--max-timestamps`` flag as :func:`follow_forever` takes it: absent (None),
+    :data:`ROUND_TIMESTAMPS`; 0, no limit (None); else the number."""
+    if max_timestamps is None:
+        return ROUND_TIMESTAMPS
+    return max_timestamps or None
+
+
 def follow_forever(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
-    max_timestamps: int | None = None, poll: float = 1.0, idle_exit: float | None = None,
+    max_timestamps: int | None = ROUND_TIMESTAMPS, poll: float = 1.0, idle_exit: float | None = None,
     log: Any = print, stop: threading.Event | None = None, build_slots: int | None = None,
     processes: int | None = None,
 ) -> int:
     """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
-    ``stop`` is set (a service's SIGTERM).
+    ``stop`` is set (a service's SIGTERM). A round takes at most ``max_timestamps`` of the
+    pending timestamps (None: all of them; :data:`ROUND_TIMESTAMPS`).
 
     Before the first plan exists it waits for one. A session that finds the journal or
     ``knn_state`` changed by another job (a catch-up run, a repartition's new plan) is
