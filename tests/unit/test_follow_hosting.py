@@ -19,8 +19,9 @@ def test_every_worker_is_hosted_by_exactly_one_task_and_the_tasks_differ_by_at_m
 
 
 def test_the_default_is_one_task_per_core_and_never_more_than_the_workers(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    # The cores this process may use (tests/unit/test_cores.py: affinity and cgroup quota).
+    monkeypatch.setattr("dkmsks.jobs.follow.usable_cores", lambda: 2)
     assert default_processes(20) == 2
     assert default_processes(1) == 1
-    monkeypatch.setattr("os.cpu_count", lambda: None)
+    monkeypatch.setattr("dkmsks.jobs.follow.usable_cores", lambda: 1)
     assert default_processes(20) == 1

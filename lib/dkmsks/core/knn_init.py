@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import itertools
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing import cpu_count
 
 import numpy as np
 import numpy.typing as npt
 from scipy.spatial import cKDTree
 
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Subscriptions
+from dkmsks.cores import usable_cores
 
 #: Relative slack between our ``d²`` and the tree's distance²; both are sums of two
 #: correctly rounded squares of the same differences, so they agree to a few ulps. A much
@@ -281,7 +281,7 @@ class StaticKnnIndex:
     # -- internals ---------------------------------------------------------------------------
 
     def _threads(self) -> int:
-        return cpu_count() if self.workers < 1 else self.workers
+        return usable_cores() if self.workers < 1 else self.workers
 
     def _morton(self, x: Float64Array, y: Float64Array) -> npt.NDArray[np.uint64]:
         """Z-order code of each point on a 2^16 x 2^16 grid over the objects' bounding box."""

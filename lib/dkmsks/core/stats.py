@@ -27,13 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
-from multiprocessing import cpu_count
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Objects
+from dkmsks.cores import usable_cores
 
 if TYPE_CHECKING:
     from dkmsks.core import stats_kernel
@@ -268,7 +268,7 @@ class ObjectStatistics:
         self._space = space
         self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
         self._kw_matrix = kw_matrix
-        self._threads = cpu_count() if workers < 1 else workers
+        self._threads = usable_cores() if workers < 1 else workers
         # The compiled counts' bucket tables of xs, ys and kw_key (stats_kernel.axis_table), built on
         # first use and never saved or pickled.
         self._axes: stats_kernel.Axes | None = None

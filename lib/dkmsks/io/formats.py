@@ -47,7 +47,6 @@ import gzip
 import io
 import json
 import math
-import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,6 +69,7 @@ from dkmsks.core.model import (
     SubscriptionEvents,
     Vocabulary,
 )
+from dkmsks.cores import usable_cores
 
 OBJECT_COLUMNS = ("id", "x", "y", "keywords", "t")
 EVENT_COLUMNS = ("op", "id", "x", "y", "keywords", "k", "t")
@@ -970,7 +970,7 @@ def write_results_table(path: str | Path, table: pa.Table, t: int) -> int:
     batches = table.combine_chunks().to_batches(max_chunksize=_EXPORT_BATCH_ROWS)
     # Arrow's kernels release the GIL: batches are formatted on every core, a round of one
     # batch per thread at a time (so only that many formatted batches are held), written in order.
-    threads = min(4, os.cpu_count() or 1)
+    threads = min(4, usable_cores())
     with _open_binary_out(path) as out, ThreadPoolExecutor(max_workers=threads) as pool:
         for first in range(0, len(batches), threads):
             for lines in pool.map(lambda batch: _json_lines(batch, int(t)), batches[first:first + threads]):

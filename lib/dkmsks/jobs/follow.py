@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
+from dkmsks.cores import usable_cores
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import RoundInputs, WorkerSession, warm_arrow, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
@@ -192,7 +193,7 @@ def hosted_workers(task: int, processes: int, workers: int) -> list[int]:
 
 def default_processes(workers: int) -> int:
     """Worker tasks of a follow session when not given: one per core, at most one per worker."""
-    return max(1, min(workers, os.cpu_count() or 1))
+    return max(1, min(workers, usable_cores()))
 
 
 def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
@@ -272,7 +273,7 @@ class FollowSession:
         self.spool = warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}"
         self.start_timeout = start_timeout
         #: How many worker tasks build at once (:func:`build_slot`): one per core by default.
-        self.build_slots = max(1, build_slots or os.cpu_count() or 1)
+        self.build_slots = max(1, build_slots or usable_cores())
         #: How many long-running worker tasks host the plan's workers (:func:`hosted_workers`):
         #: None, one per core (:func:`default_processes`); at most one per worker.
         self.processes = processes
