@@ -14,6 +14,9 @@
    time travel) and at the last timestamp, each compared with ``dkm oracle`` on the host
    (``cmp`` of the sorted JSON lines).
 
+Before step 2, the project's image under ``docker run --cpus 1`` and ``--cpuset-cpus 0``: follow
+mode's default number of worker tasks counts the container's one core (dkmsks.cores).
+
 Only the standard library: it runs with any Python 3 next to the host's ``.venv`` (used for
 ``dkm generate`` and ``dkm oracle``). Prints one line per step with its duration; exits non-zero
 at the first failed check.
@@ -36,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 API = f"http://127.0.0.1:{os.environ.get('DKMSKS_AIRFLOW_PORT', '8080')}"  # as docker-compose.yml publishes it
 PASSWORDS = "/opt/airflow/simple_auth_manager_passwords.json.generated"
+IMAGE = "dkmsks:0.1.0"  # every dkmsks service's image (docker-compose.yml)
 STARTED = time.monotonic()
 
 
@@ -178,6 +182,21 @@ def compare(export: Path, oracle: Path) -> None:
     subprocess.run(f"cmp <(sort {export}) <(sort {oracle})", shell=True, executable="/bin/bash", check=True)
 
 
+def cpu_limited_container() -> None:
+    """The project's image under ``--cpus 1`` (a cgroup quota) and ``--cpuset-cpus 0`` (an
+    affinity): follow mode's default worker tasks count the container's one core, not the
+    host's (dkmsks.cores)."""
+    for limit in (["--cpus", "1"], ["--cpuset-cpus", "0"]):
+        done = subprocess.run(["docker", "run", "--rm", "--network", "none", *limit, "--entrypoint", "python",
+                               IMAGE, "-c", "from dkmsks.jobs.follow import default_processes; "
+                               "print(default_processes(20))"], capture_output=True, text=True, timeout=300,
+                              check=False)
+        if done.returncode != 0 or done.stdout.strip() != "1":
+            raise SystemExit(f"docker run {' '.join(limit)}: follow's default worker tasks "
+                             f"{done.stdout.strip()!r}, expected 1\n{done.stderr[-2000:]}")
+    say("a container limited to one CPU (--cpus 1, --cpuset-cpus 0) runs one follow worker task by default")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--input", type=Path, default=Path(os.environ.get("DKMSKS_INPUT", REPO / ".cache/compose/input")),
@@ -205,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         cut(work / f"{kind}.tsv.gz", path, args.first)
     in_box = f"/data/input/{name}"
     say(f"workload {work}: |O_init|={args.o_init}, |S|={args.subscriptions}, T={args.timestamps}")
+
+    cpu_limited_container()
 
     airflow = Airflow()
     airflow.wait_dags(args.timeout)
