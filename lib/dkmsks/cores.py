@@ -11,6 +11,7 @@ covers the affinity only; the quota is read here from cgroup v2 (``cpu.max``) or
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -19,9 +20,19 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def usable_cores(cgroup_root: Path = CGROUP_ROOT) -> int:
+def usable_cores(cgroup_root: Path | None = None) -> int:
     """The cores this process may run on (its CPU affinity), at most its cgroup's CPU quota
-    rounded up; at least 1."""
+    rounded up; at least 1. Read once per process (a kNN initialisation asks at every call,
+    and the look costs ~30 us) unless ``cgroup_root`` names another cgroup folder."""
+    return _this_process() if cgroup_root is None else _usable(cgroup_root)
+
+
+@functools.cache
+def _this_process() -> int:
+    return _usable(CGROUP_ROOT)
+
+
+def _usable(cgroup_root: Path) -> int:
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
