@@ -36,6 +36,41 @@ def test_cgroup_v1_quota(tmp_path):
     assert cgroup_cpu_quota(_v1(tmp_path, 50000, 100000)) == 0.5
 
 
+def test_the_tightest_quota_of_the_own_cgroup_and_those_above_it(tmp_path):
+    root = tmp_path / "cg"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "cpu.max").write_text("max 100000\n")
+    (root / "a" / "cpu.max").write_text("300000 100000\n")
+    (root / "a" / "b" / "cpu.max").write_text("max 100000\n")
+    member = tmp_path / "cgroup"
+    member.write_text("0::/a/b\n")
+    assert cgroup_cpu_quota(root, member) == 3.0  # the parent's, where the own cgroup has none
+    (root / "a" / "b" / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(root, member) == 1.5
+    member.write_text("0::/elsewhere\n")  # a sibling's quotas do not count
+    assert cgroup_cpu_quota(root, member) is None
+
+
+def test_a_container_sees_its_own_cgroup_at_the_root(tmp_path):
+    # The membership names the host's path; inside the container that folder does not exist.
+    member = tmp_path / "cgroup"
+    member.write_text("0::/system.slice/docker-0123.scope\n")
+    assert cgroup_cpu_quota(_v2(tmp_path, "100000 100000"), member) == 1.0
+
+
+def test_a_cgroup_v1_cpu_controller_path(tmp_path):
+    root = tmp_path / "cg"
+    unit = root / "cpu" / "system.slice" / "follow.service"
+    unit.mkdir(parents=True)
+    (root / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (root / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (unit / "cpu.cfs_quota_us").write_text("50000\n")
+    (unit / "cpu.cfs_period_us").write_text("100000\n")
+    member = tmp_path / "cgroup"
+    member.write_text("4:memory:/x\n3:cpu,cpuacct:/system.slice/follow.service\n0::/\n")
+    assert cgroup_cpu_quota(root, member) == 0.5
+
+
 def test_no_cgroup_files_means_no_quota(tmp_path):
     assert cgroup_cpu_quota(tmp_path) is None
     assert usable_cores(tmp_path) == len(os.sched_getaffinity(0))
