@@ -5,9 +5,9 @@ quota (``docker run --cpus 2``, compose's ``cpus:``, Kubernetes limits, a system
 ``CPUQuota=``) or pinned to some cores (``taskset``, ``--cpuset-cpus``) gets fewer: sized by
 the machine's count, follow mode would start a worker process per core of a 64-core host
 inside a 2-CPU container and time-slice them (docs/design.md §10 has what that cost on two
-cores). Python 3.13's ``os.process_cpu_count``
-covers the affinity only; the quota is read here from cgroup v2 (``cpu.max``) or v1
-(``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), of the process's own cgroup and those above it.
+cores). Python 3.13's ``os.process_cpu_count`` covers the affinity only; the quota is read here
+from cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), of the
+process's own cgroup and those above it.
 """
 
 from __future__ import annotations
