@@ -117,8 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         one_at_a_time = sum(r["objects"] for r in rounds) / sum(totals) if rounds else None
         out["one_timestamp_objects_per_s"] = one_at_a_time
         b = out["backlog"]
-        print(f"warm catch-up: {len(catch_up)} rounds of {args.backlog} timestamps ({b['objects']:,} objects in "
-              f"the median one): median {median(rates):,.0f} objects/s (min {min(rates):,.0f}, max {max(rates):,.0f})")
+        if len(catch_up) == 1:
+            print(f"warm catch-up: 1 round of {b['timestamps']} timestamps, {b['objects']:,} objects in "
+                  f"{b['seconds']:.1f} s = {rates[0]:,.0f} objects/s")
+        else:
+            print(f"warm catch-up: {len(catch_up)} rounds of {args.backlog} timestamps ({b['objects']:,} objects in "
+                  f"the median one): median {median(rates):,.0f} objects/s (min {min(rates):,.0f}, "
+                  f"max {max(rates):,.0f})")
         if one_at_a_time:
             print(f"  {median(rates) / one_at_a_time:.1f}x the one-timestamp rounds of this run "
                   f"({one_at_a_time:,.0f} objects/s)")
