@@ -39,16 +39,8 @@ def published(tmp_path_factory):
     """A partitioned warehouse at t = 0 with t = 1..7 published and pending."""
     source = require_real_data()
     root = tmp_path_factory.mktemp("bench-follow")
-    workload = root / "workload"
-    h.run(h.dkm_cmd("generate", "--source", str(source), "--out", str(workload), "--o-init", str(O_INIT),
-                    "--subscriptions", str(SUBSCRIPTIONS), "--timestamps", str(TIMESTAMPS),
-                    "--objects-per-ts", "100", "--inserts-per-ts", "10", "--deletes-per-ts", "10",
-                    "--k-max", "5", "--seed", "31"))
-    objects, events = workload / "objects.tsv.gz", workload / "events.tsv.gz"
-    warehouse = root / "warehouse"
-    h.run(h.dkm_cmd("run", "--objects", str(objects), "--events", str(events), "--warehouse", str(warehouse),
-                    "--workers", str(WORKERS), "--gamma1", "40", "--grid", "256", "--until", "0"),
-          warehouse, timeout=900)
+    objects, events, warehouse = h.partitioned_at_t0(source, root, o_init=O_INIT, subscriptions=SUBSCRIPTIONS,
+                                                     timestamps=TIMESTAMPS, workers=WORKERS, seed=31)
     h.run(h.dkm_cmd("publish", "--objects", str(objects), "--events", str(events), "--warehouse", str(warehouse),
                     "--timestamps", str(TIMESTAMPS)), timeout=300)
     return root, objects, events, warehouse

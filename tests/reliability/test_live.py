@@ -62,17 +62,9 @@ def _journal(warehouse: Path, record: str) -> list[dict]:
 def live(tmp_path_factory):
     source = require_real_data()
     root = tmp_path_factory.mktemp("live")
-    workload = root / "workload"
-    h.run(h.dkm_cmd("generate", "--source", str(source), "--out", str(workload), "--o-init", str(O_INIT),
-                    "--subscriptions", str(SUBSCRIPTIONS), "--timestamps", str(TIMESTAMPS),
-                    "--objects-per-ts", "100", "--inserts-per-ts", "10", "--deletes-per-ts", "10",
-                    "--k-max", "5", "--seed", "23"))
-    objects, events = workload / "objects.tsv.gz", workload / "events.tsv.gz"
-    warehouse = root / "warehouse"
     # O_init only, partitioned: the stream is published live below.
-    h.run(h.dkm_cmd("run", "--objects", str(objects), "--events", str(events), "--warehouse", str(warehouse),
-                    "--workers", str(WORKERS), "--gamma1", "40", "--grid", "256", "--until", "0"),
-          warehouse, timeout=900)
+    objects, events, warehouse = h.partitioned_at_t0(source, root, o_init=O_INIT, subscriptions=SUBSCRIPTIONS,
+                                                     timestamps=TIMESTAMPS, workers=WORKERS, seed=23)
     oracle = oracle_exports(objects, events, range(TIMESTAMPS + 1), root / "oracle")
     yield root, objects, events, warehouse, oracle
     _follow("stop", warehouse)

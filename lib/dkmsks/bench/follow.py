@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None,
                    help="write the measurements here (with the commit, the machine and the parameters)")
     args = p.parse_args(argv)
+    if args.timestamps < 1 or args.backlog < 0 or args.repeats < 1:
+        p.error("--timestamps and --repeats take a number >= 1, --backlog one >= 0")
 
     from dkmsks.jobs.follow import FollowSession
     from dkmsks.spark.journal import last_processed, pending_timestamps
@@ -58,8 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     lake = Lake.of(warehouse)
     info = current_plan(lake)
     pending = pending_timestamps(lake, last_processed(lake)) if info else []
-    if args.timestamps < 1 or args.backlog < 0 or args.repeats < 1:
-        p.error("--timestamps and --repeats take a number >= 1, --backlog one >= 0")
     need = args.timestamps + args.backlog * args.repeats
     if info is None or len(pending) < need:
         print(f"need a partitioned warehouse with >= {need} pending timestamps "
