@@ -291,15 +291,19 @@ def run(cmd: list[str], warehouse: Path | None = None, *, timeout: float = 900, 
     return rec
 
 
+#: Objects per timestamp of the workloads :func:`partitioned_at_t0` generates.
+OBJECTS_PER_T = 100
+
+
 def partitioned_at_t0(source: Path, root: Path, *, o_init: int, subscriptions: int, timestamps: int, workers: int,
                       seed: int) -> tuple[Path, Path, Path]:
-    """A workload generated under ``root`` (100 objects, 10 insertions and 10 deletions per
+    """A workload generated under ``root`` (:data:`OBJECTS_PER_T` objects, 10 insertions and 10 deletions per
     timestamp, k <= 5) and a warehouse holding only its ``O_init``, partitioned: t = 0 is
     processed, the stream is for the test to publish. Returns (objects, events, warehouse)."""
     workload = root / "workload"
     run(dkm_cmd("generate", "--source", str(source), "--out", str(workload), "--o-init", str(o_init),
                 "--subscriptions", str(subscriptions), "--timestamps", str(timestamps),
-                "--objects-per-ts", "100", "--inserts-per-ts", "10", "--deletes-per-ts", "10",
+                "--objects-per-ts", str(OBJECTS_PER_T), "--inserts-per-ts", "10", "--deletes-per-ts", "10",
                 "--k-max", "5", "--seed", str(seed)))
     objects, events = workload / "objects.tsv.gz", workload / "events.tsv.gz"
     warehouse = root / "warehouse"

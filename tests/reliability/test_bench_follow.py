@@ -29,6 +29,34 @@ pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 O_INIT, SUBSCRIPTIONS, TIMESTAMPS, WORKERS = 2000, 300, 7, 3
 
 
+def _change_files_per_commit(journal: Path) -> dict[int, int]:
+    """Per journal commit (by its application transaction's version, the last timestamp it
+    commits): how many files of changes it added."""
+    out = {}
+    for log in sorted((journal / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        txn = [a["txn"]["version"] for a in actions if "txn" in a]
+        if txn:
+            out[txn[0]] = sum(1 for a in actions if "add" in a and a["add"]["partitionValues"]["record"] == "change")
+    return out
+
+
+def _changes_per_t(warehouse: Path) -> Counter:
+    """Changes per timestamp from a read of the journal without a predicate (no file skipped)."""
+    from dkmsks.spark.lake import Lake
+    from dkmsks.warehouse import Warehouse
+
+    rows = Lake.of(Warehouse(warehouse)).read("journal", columns=["record", "t"])
+    return Counter(t for record, t in zip(rows.column("record").to_pylist(), rows.column("t").to_pylist(),
+                                          strict=True) if record == "change")
+
+
+def _sql_rows(output: str) -> list[tuple[int, int]]:
+    """The ``(t, n)`` rows of a table ``dkm sql`` printed."""
+    cells = [line.strip("|").split("|") for line in output.splitlines() if line.startswith("|")]
+    return [(int(a), int(b)) for a, b in cells[1:]]  # the first is the header
+
+
 def _objects_per_t(objects: Path) -> Counter:
     with gzip.open(objects, "rt", encoding="utf-8", newline="") as f:
         return Counter(int(row["t"]) for row in csv.DictReader(f, delimiter="\t"))
@@ -61,8 +89,11 @@ def test_flags_out_of_range_and_too_few_pending_timestamps_are_refused_before_sp
 def test_repeated_catch_up_rounds_report_their_median_and_commit_the_oracles_results(published):
     root, objects, events, warehouse = published
     out_json = root / "follow.json"
+    # Rounds of 300 objects or more (the catch-up rounds here) have their changes written by
+    # the worker tasks; the one-timestamp round's go through the driver's append.
     run = h.run(h.dkm_cmd("bench", "follow", "--warehouse", str(warehouse), "--timestamps", "1", "--backlog", "3",
-                          "--repeats", "2", "--json", str(out_json)), warehouse, timeout=900)
+                          "--repeats", "2", "--task-changes-from", str(3 * h.OBJECTS_PER_T), "--json", str(out_json)),
+                warehouse, timeout=900)
     result = json.loads(out_json.read_text())
     per_t = _objects_per_t(objects)
 
@@ -87,3 +118,15 @@ def test_repeated_catch_up_rounds_report_their_median_and_commit_the_oracles_res
         path = root / f"export-{t}.jsonl"
         h.run(h.dkm_cmd("export", "--warehouse", str(warehouse), "--as-of", str(t), "--out", str(path)))
         assert path.read_bytes() == oracle[t].read_bytes(), f"dkm export --as-of {t} differs from the oracle"
+
+    # Who wrote the changes: one file through the driver for t = 1, one per worker task after.
+    change_files = _change_files_per_commit(warehouse / "tables" / "journal")
+    assert change_files[1] == 1
+    assert change_files[4] == change_files[7] == 2  # two worker tasks (one per core) host the 3 workers
+    # Spark reads the tasks' files, its data skipping trusting their statistics: its counts
+    # per timestamp, with t in the filter, are those of a full read without any skipping.
+    counts = _changes_per_t(warehouse)
+    sql = h.run(h.dkm_cmd("sql", "--warehouse", str(warehouse), "SELECT t, count(*) AS n FROM result_changes "
+                          "WHERE t IN (1, 3, 6) GROUP BY t ORDER BY t"), timeout=300)
+    assert _sql_rows(sql.output) == [(t, counts[t]) for t in (1, 3, 6)]
+    assert all(counts[t] > 0 for t in (1, 3, 6))

@@ -43,11 +43,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=None, help="local[N] task slots (default m + 2)")
     p.add_argument("--processes", type=int, default=None,
                    help="worker tasks hosting the m workers (default: follow mode's, one per core)")
+    p.add_argument("--task-changes-from", type=int, default=None, metavar="OBJECTS",
+                   help="rounds of at least this many objects have their changes written by the worker tasks "
+                        "(default: follow mode's)")
     p.add_argument("--json", type=Path, default=None,
                    help="write the measurements here (with the commit, the machine and the parameters)")
     args = p.parse_args(argv)
     if args.timestamps < 1 or args.backlog < 0 or args.repeats < 1:
         p.error("--timestamps and --repeats take a number >= 1, --backlog one >= 0")
+    if args.task_changes_from is not None and args.task_changes_from < 0:
+        p.error("--task-changes-from takes a number >= 0")
 
     from dkmsks.jobs.follow import FollowSession
     from dkmsks.spark.journal import last_processed, pending_timestamps
@@ -72,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "master": f"local[{slots}]"}
     try:
         started = time.perf_counter()
-        session = FollowSession(spark, warehouse, run_id="bench-follow", processes=args.processes)
+        files = {} if args.task_changes_from is None else {"change_file_objects": args.task_changes_from}
+        session = FollowSession(spark, warehouse, run_id="bench-follow", processes=args.processes, **files)
         session.start()
         out["startup_s"] = time.perf_counter() - started
         rounds: list[dict[str, Any]] = []

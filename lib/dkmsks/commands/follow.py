@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="long-running worker tasks (Python processes) that host the plan's m workers between them "
                         "(default: one per core, at most m; each applies its workers one after another, which on "
                         "few cores wastes less than m processes time-slicing them)")
+    p.add_argument("--task-changes-from", type=_at_least_zero, default=None, metavar="OBJECTS",
+                   help="rounds of at least this many objects have their result changes written into the journal "
+                        "by the worker tasks, in parallel, instead of by the driver after them (default 10000: "
+                        "catch-up rounds; 0: every round)")
     p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
     p.add_argument("--nice", type=int, default=None,
                    help="CPU nice value of follow mode's processes and, when it leads its session, of the session "
@@ -99,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
                               max_timestamps=round_cap(args.max_timestamps), poll=args.poll, idle_exit=args.idle_exit,
                               build_slots=args.build_slots, processes=args.processes,
+                              **({} if args.task_changes_from is None
+                                 else {"change_file_objects": args.task_changes_from}),
                               log=lambda text: print(text, flush=True))
     finally:
         spark.stop()

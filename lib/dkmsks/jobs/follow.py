@@ -47,7 +47,17 @@ from dkmsks.cores import usable_cores
 from dkmsks.spark import tables
 from dkmsks.spark.bridge import RoundInputs, WorkerSession, warm_arrow, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
-from dkmsks.spark.journal import RunReport, commit, journal_records, last_processed, record_run_metrics
+from dkmsks.spark.journal import (
+    RunReport,
+    commit,
+    commit_with_files,
+    journal_file_schema,
+    journal_records,
+    last_processed,
+    record_run_metrics,
+    with_run,
+)
+from dkmsks.spark.journal_files import JournalFile, write_file
 from dkmsks.spark.lake import Lake
 from dkmsks.spark.landing import take_pending
 from dkmsks.spark.main_server import build_main_server, refresh_weights, route
@@ -196,11 +206,48 @@ def default_processes(workers: int) -> int:
     return max(1, min(workers, usable_cores()))
 
 
+@dataclass(frozen=True)
+class ChangeFiles:
+    """Where the worker tasks write a large round's result changes
+    (:mod:`dkmsks.spark.journal_files`): one file per task in the journal at ``root``, with
+    the run's ``plan_version`` and ``run_id``."""
+
+    root: str
+    schema: pa.Schema
+    plan_version: int
+    run_id: str
+
+
+#: Rounds of at least this many objects have their changes written by the worker tasks
+#: (:class:`ChangeFiles`). A one-timestamp round's few thousand changes cost the driver's
+#: append ~10 ms; written by the tasks they made it slower (a file and a hand-over per task,
+#: and a commit of files: 0.14 against 0.10 s per round at |S| = 1M, docs/benchmarks.md).
+CHANGE_FILE_OBJECTS = 10_000
+
+
+def _changes_file(spool: Path, n: int, task: int) -> Path:
+    return spool / f"changes-{n:06d}.t{task:04d}.json"
+
+
+def hand_over_changes(folder: Path, n: int, task: int, changes: list[pa.Table], files: ChangeFiles) -> None:
+    """Write a task's changes of round ``n`` into a journal file and leave its description for
+    the driver (an empty one when the task's workers changed nothing)."""
+    records = pa.concat_tables(changes) if changes else None
+    text = ""
+    if records is not None and records.num_rows:
+        records = with_run(records.drop_columns(["record", "seq"]), plan_version=files.plan_version,
+                           run_id=files.run_id)
+        text = write_file(files.root, "change", records, files.schema).to_json()
+    _atomic_write(_changes_file(folder, n, task), text.encode())
+
+
 def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll: float,
                        build_slots: int, processes: int, workers: int) -> Any:
     """Body of one long-running worker task (executed on an executor): it builds the workers it
     hosts (:func:`hosted_workers`) over one vocabulary, then applies each round's payload to
-    them in turn, its inputs made once for all of them (:class:`RoundInputs`)."""
+    them in turn, its inputs made once for all of them (:class:`RoundInputs`). When the round
+    names :class:`ChangeFiles`, the workers' result changes stay out of their records: the task
+    writes them once all its workers applied (:func:`hand_over_changes`)."""
     from pyspark import BarrierTaskContext
 
     task = BarrierTaskContext.get().partitionId()
@@ -223,10 +270,21 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
             wait_at_gate(folder, n)
             payload_path = _round_file(folder, n)
             if payload_path.exists():
-                inputs = RoundInputs(pickle.loads(payload_path.read_bytes()), vocab)
+                payload, change_files = pickle.loads(payload_path.read_bytes())
+                inputs = RoundInputs(payload, vocab)
+                del payload
+                changes: list[pa.Table] = []
                 for session in sessions:  # each worker's records go out as soon as they are made
-                    _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(session.apply(inputs)))
+                    records = session.apply(inputs)
+                    if change_files is not None:
+                        is_change = pc.equal(records.column("record"), "change")
+                        changes.append(records.filter(is_change))
+                        records = records.filter(pc.invert(is_change))
+                    _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(records))
                 del inputs
+                if change_files is not None:
+                    hand_over_changes(folder, n, task, changes, change_files)
+                    del changes
                 n += 1
             elif (folder / "stop").exists():
                 break
@@ -265,7 +323,7 @@ class FollowSession:
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, *, run_id: str, poll: float = 0.005,
                  start_timeout: float = 600.0, build_slots: int | None = None,
-                 processes: int | None = None) -> None:
+                 processes: int | None = None, change_file_objects: int | None = CHANGE_FILE_OBJECTS) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.run_id = run_id
@@ -277,6 +335,11 @@ class FollowSession:
         #: How many long-running worker tasks host the plan's workers (:func:`hosted_workers`):
         #: None, one per core (:func:`default_processes`); at most one per worker.
         self.processes = processes
+        #: From how many objects a round's changes are written by the worker tasks
+        #: (:class:`ChangeFiles`); None: never, every record goes through the driver.
+        self.change_file_objects = change_file_objects
+        self._change_files: ChangeFiles | None = None
+        self._tasks = 0
         self.stats = FollowStats()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -317,6 +380,10 @@ class FollowSession:
         self.spool.mkdir(parents=True, exist_ok=False)
         self._gate = close_gate(self.spool, 0)
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
+        root = lake.local_root(tables.JOURNAL)
+        if self.change_file_objects is not None and root is not None:
+            self._change_files = ChangeFiles(root, journal_file_schema(lake), info.plan_version, self.run_id)
+        self._tasks = processes
         m, spool, poll, slots = info.workers, str(self.spool), self.poll, self.build_slots
         rdd = (
             spark.sparkContext.parallelize(range(processes), processes)
@@ -415,20 +482,31 @@ class FollowSession:
 
         started = time.perf_counter()
         n = self._round
-        _atomic_write(_round_file(self.spool, n), pickle.dumps(routed.payload, protocol=5))
+        objects = sum(c[0] for c in routed.counts.values())
+        files = self._change_files if objects >= (self.change_file_objects or 0) else None
+        _atomic_write(_round_file(self.spool, n), pickle.dumps((routed.payload, files), protocol=5))
         held, self._gate = self._gate, close_gate(self.spool, n + 1)
         if held is not None:
             open_gate(held)
         parts: list[pa.Table] = []
+        written: list[JournalFile] = []
         pending = set(range(info.workers))
-        while pending:
+        tasks = set(range(self._tasks)) if files is not None else set()
+        while pending or tasks:
             for w in sorted(pending):
                 path = _output_file(self.spool, n, w)
                 if path.exists():
                     parts.append(from_ipc(path.read_bytes()))
                     path.unlink()
                     pending.discard(w)
-            if pending:
+            for task in sorted(tasks):
+                path = _changes_file(self.spool, n, task)
+                if path.exists():
+                    if text := path.read_text():
+                        written.append(JournalFile.from_json(text))
+                    path.unlink()
+                    tasks.discard(task)
+            if pending or tasks:
                 self._check()
                 time.sleep(self.poll)
         _round_file(self.spool, n).unlink()
@@ -440,7 +518,9 @@ class FollowSession:
         records = journal_records(refresh_weights(self.server, pa.concat_tables(parts)), plan_version=info.plan_version,
                                   routed=routed, timestamps=ts, from_t=self.last, run_id=self.run_id)
         quarantine_refused(spark, routed.refused, self.run_id)
-        if not commit(lake, records, to_t):
+        committed = (commit_with_files(lake, records, written, to_t, schema=files.schema) if files is not None
+                     else commit(lake, records, to_t))
+        if not committed:
             raise StateChanged(f"timestamps up to {to_t} were committed by another job; restarting follow mode")
         self.journal_version = lake.version(tables.JOURNAL)
         phases["commit"] = (time.perf_counter() - started) * 1e3
@@ -488,7 +568,7 @@ def follow_forever(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = ROUND_TIMESTAMPS, poll: float = 1.0, idle_exit: float | None = None,
     log: Any = print, stop: threading.Event | None = None, build_slots: int | None = None,
-    processes: int | None = None,
+    processes: int | None = None, change_file_objects: int | None = CHANGE_FILE_OBJECTS,
 ) -> int:
     """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
     ``stop`` is set (a service's SIGTERM). A round takes at most ``max_timestamps`` of the
@@ -498,8 +578,8 @@ def follow_forever(
     ``knn_state`` changed by another job (a catch-up run, a repartition's new plan) is
     restarted from Delta, so a new plan is picked up within a round; any other failure
     propagates (the caller's restart policy applies). Every round writes a status file
-    (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``, ``processes``: see
-    :class:`FollowSession`.
+    (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``, ``processes``,
+    ``change_file_objects``: see :class:`FollowSession`.
     """
     stop = stop or threading.Event()
     idle_since = time.monotonic()
@@ -514,8 +594,8 @@ def follow_forever(
                 return 0
             stop.wait(poll)
             continue
-        with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots,
-                           processes=processes) as session:
+        with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots, processes=processes,
+                           change_file_objects=change_file_objects) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
             write_status(warehouse, run_id, state="following", plan=session.info.plan_version, last_t=session.last)
             try:

@@ -26,6 +26,7 @@ from dkmsks.spark import driver_data, tables
 from dkmsks.spark.lake import Lake
 
 if TYPE_CHECKING:
+    from dkmsks.spark.journal_files import JournalFile
     from dkmsks.spark.main_server import RoutedBatch
 
 #: The Delta application id of journal commits (its txnVersion is the last timestamp committed).
@@ -103,15 +104,51 @@ def journal_records(
         "insertions": pa.array([routed.counts[t][1] for t in timestamps], type=pa.int64()),
         "deletions": pa.array([routed.counts[t][2] for t in timestamps], type=pa.int64()),
     })
-    records = pa.concat_tables([body, ledger], promote_options="default")
+    return with_run(pa.concat_tables([body, ledger], promote_options="default"), plan_version=plan_version,
+                    run_id=run_id)
+
+
+def with_run(records: pa.Table, *, plan_version: int, run_id: str) -> pa.Table:
+    """``records`` with the run's ``plan_version`` and ``run_id`` columns."""
     n = records.num_rows
     records = records.append_column("plan_version", pa.array(np.full(n, plan_version, dtype=np.int64)))
-    return records.append_column("run_id", pa.array([run_id] * n, type=pa.string()))
+    return records.append_column("run_id", pa.repeat(pa.scalar(run_id, type=pa.string()), n))
 
 
 def commit(lake: Lake, records: pa.Table, to_t: int) -> bool:
     """The commit point of a run; False when these timestamps were committed before (a replay)."""
     return lake.append(tables.JOURNAL, records, app_id=JOURNAL_APP, version=to_t)
+
+
+def journal_file_schema(lake: Lake) -> pa.Schema:
+    """The columns of a journal file (:func:`dkmsks.spark.journal_files.file_schema`)."""
+    from dkmsks.spark.journal_files import file_schema
+    from dkmsks.spark.lake import _plain
+
+    table = pa.schema(lake.table(tables.JOURNAL).schema().to_arrow())
+    return file_schema(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table]))
+
+
+def commit_with_files(lake: Lake, records: pa.Table, written: list[JournalFile], to_t: int,
+                      schema: pa.Schema | None = None) -> bool:
+    """:func:`commit` of ``records`` together with journal files already ``written`` (by a
+    follow round's worker tasks, :mod:`dkmsks.spark.journal_files`): the driver writes its
+    records as one file per kind and adds every file in one commit, tagged like an append.
+    False, and the files deleted, when these timestamps were committed before (a replay).
+    On a journal that is not on this machine's file system nothing can have been written
+    (``written`` must be empty): the records go in by :func:`commit`."""
+    from dkmsks.spark.journal_files import discard, write_kinds
+
+    root = lake.local_root(tables.JOURNAL)
+    if root is None:
+        if written:
+            raise ValueError("journal files were written, but the journal is not on a local file system")
+        return commit(lake, records, to_t)
+    files = [*written, *write_kinds(root, records, schema or journal_file_schema(lake))]
+    if lake.commit_files(tables.JOURNAL, files, app_id=JOURNAL_APP, version=to_t):
+        return True
+    discard(root, files)
+    return False
 
 
 def commit_first_ledger(lake: Lake, *, t0: int, plan_version: int, run_id: str, objects: int,

@@ -363,6 +363,34 @@ class Lake:
         return True
 
 
+    def local_root(self, name: str) -> str | None:
+        """The folder of table ``name`` when it is on this machine's file system, else ``None``."""
+        uri = self.uris[name]
+        if "://" in uri and not uri.startswith("file://"):
+            return None
+        return uri.removeprefix("file://")
+
+    def commit_files(self, name: str, files: Sequence[Any], *, app_id: str, version: int,
+                     metadata: dict[str, Any] | None = None) -> bool:
+        """Add written ``files`` (:class:`~dkmsks.spark.journal_files.JournalFile`) to table
+        ``name`` in one commit tagged with the application transaction ``app_id``/``version``;
+        skip it (return False) when this application has committed that version already."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import AddAction
+
+        table = self.table(name)
+        done = table.transaction_version(app_id)
+        if done is not None and int(done) >= int(version):
+            return False
+        partition_by = list(table.metadata().partition_columns)
+        actions = [AddAction(f.path, f.size, {partition_by[0]: f.kind} if partition_by else {},
+                             f.modification_time, True, f.stats) for f in files]
+        tagged = CommitProperties(custom_metadata=metadata, app_transactions=[Transaction(app_id, int(version))])
+        table.create_write_transaction(actions, "append", table.schema(), partition_by=partition_by,
+                                       commit_properties=tagged)
+        return True
+
+
 def _plain(kind: pa.DataType) -> pa.DataType:
     """Arrow's view and large layouts (what delta-rs' engine yields) as the plain ones that
     every pyarrow kernel (sorting, joins) supports."""
