@@ -6,6 +6,7 @@ then runs in a database of its own whose landing tables are Delta shallow clones
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -479,6 +480,11 @@ def test_follow_mode_refuses_too_few_task_slots(spark, pipeline_db, tmp_path):
         FollowSession(spark, pipeline_db, run_id="f", processes=2).start()
 
 
+def _last_commit(table: Path) -> str:
+    """The newest commit file of a Delta table's log."""
+    return max((table / "_delta_log").glob("*.json")).read_text()
+
+
 def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(spark, pipeline_db, workload, tmp_path):
     from dkmsks.jobs.follow import FollowSession, StateChanged
     from dkmsks.jobs.partition import run_repartition
@@ -496,8 +502,16 @@ def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(s
         run_repartition(spark, pipeline_db, PartitionConfig(method="sop", workers=1, theta=4), run_id="re")
         with pytest.raises(StateChanged):
             session.step()
-    with FollowSession(spark, pipeline_db, run_id="follow-2") as session:
+    # The second session's round (two timestamps) has its changes written by its worker tasks
+    # and every file committed at once (dkmsks.spark.journal_files), read back below by Spark.
+    with FollowSession(spark, pipeline_db, run_id="follow-2", change_file_objects=0) as session:
         assert session.step().timestamps == [4, 5]
+        written = session.stats.task_change_files
+    adds = [json.loads(line)["add"] for line in _last_commit(pipeline_db.table_path("journal")).splitlines()
+            if '"add"' in line]
+    assert written >= 1
+    # the tasks' files, and none of changes from the driver: its files are the other kinds
+    assert sum(a["partitionValues"]["record"] == "change" for a in adds) == written
     _assert_equal(_state_results(pipeline_db), oracle[T])
     for t in range(T + 1):
         _assert_equal(_results_at(pipeline_db, t), oracle[t])

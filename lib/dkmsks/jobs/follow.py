@@ -303,10 +303,12 @@ class StateChanged(RuntimeError):
 
 @dataclass
 class FollowStats:
-    """Counters of a follow session: rounds run and timestamps processed."""
+    """Counters of a follow session: rounds run, timestamps processed, and files of changes
+    the worker tasks wrote into the journal (:class:`ChangeFiles`)."""
 
     rounds: int = 0
     timestamps: int = 0
+    task_change_files: int = 0
 
 
 #: The landing tables a round reads its pending timestamps from.
@@ -529,6 +531,7 @@ class FollowSession:
         self.last = to_t
         report.add_counts(routed)
         self.stats.rounds += 1
+        self.stats.task_change_files += len(written)
         self.stats.timestamps += len(ts)
         return report
 
