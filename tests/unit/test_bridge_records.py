@@ -97,18 +97,35 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     expected += [_row(record="final", t=4, seq=5, worker=WORKER, sub_id=21, change="delete"),
                  _row(record="final", t=6, seq=9, worker=WORKER, sub_id=22, change="delete")]
 
-    table = records.table()
-    want = pa.Table.from_pylist(expected, schema=OUTPUT_SCHEMA)
-    assert table.schema.equals(OUTPUT_SCHEMA)
-    assert table.num_rows == len(expected)
-    for name in OUTPUT_SCHEMA.names:  # column by column, so that a failure names the column
-        assert table.column(name).to_pylist() == want.column(name).to_pylist(), name
-    assert all(table.column(name).num_chunks == 1 for name in OUTPUT_SCHEMA.names)
+    # The changes first, then the other records, each in call order.
+    changes, others = records.tables()
+    in_order = [r for r in expected if r["record"] == "change"] + [r for r in expected if r["record"] != "change"]
+    assert changes.num_rows == sum(r["record"] == "change" for r in expected) > 0
+    assert set(changes.column("record").to_pylist()) == {"change"}
+    assert "change" not in others.column("record").to_pylist()
+    for table in (records.table(), pa.concat_tables([changes, others])):
+        want = pa.Table.from_pylist(in_order, schema=OUTPUT_SCHEMA)
+        assert table.schema.equals(OUTPUT_SCHEMA)
+        assert table.num_rows == len(expected)
+        for name in OUTPUT_SCHEMA.names:  # column by column, so that a failure names the column
+            assert table.column(name).to_pylist() == want.column(name).to_pylist(), name
+    assert all(part.column(name).num_chunks == 1 for part in (changes, others) for name in OUTPUT_SCHEMA.names)
 
 
 def test_no_records_is_an_empty_table_of_the_schema():
     table = _Records(WORKER).table()
     assert table.num_rows == 0 and table.schema.equals(OUTPUT_SCHEMA)
+    assert all(part.num_rows == 0 and part.schema.equals(OUTPUT_SCHEMA) for part in _Records(WORKER).tables())
+
+
+def test_a_string_column_has_nulls_where_no_piece_is_and_each_pieces_word():
+    records = _Records(WORKER)
+    records.metric(2, subscriptions=1)
+    records.finals_delete(np.array([5, 6], np.int64), np.array([2, 2], np.int64), np.array([1, 2], np.int64))
+    records.metric(3, subscriptions=1)
+    _, others = records.tables()
+    assert others.column("record").to_pylist() == ["metric", "final", "final", "metric"]
+    assert others.column("change").to_pylist() == [None, "delete", "delete", None]
 
 
 def test_a_keyword_column_in_a_worker_vocabulary_holds_each_row_sorted_by_the_worker_ids():

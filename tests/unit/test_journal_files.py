@@ -183,8 +183,14 @@ def test_a_task_hands_over_its_changes_as_a_file_of_the_run_or_as_nothing(tmp_pa
 
 
 def test_follow_names_the_default_from_which_tasks_write_changes(capsys: pytest.CaptureFixture[str]) -> None:
-    from dkmsks.cli import main
+    from dkmsks.cli import build_parser
 
+    parser = build_parser()
     with pytest.raises(SystemExit):
-        main(["follow", "--help"])
+        parser.parse_args(["follow", "--help"])
     assert f"(default {CHANGE_FILE_OBJECTS}:" in " ".join(capsys.readouterr().out.split())
+    assert parser.parse_args(["follow"]).task_changes_from is None  # FollowSession's default
+    assert parser.parse_args(["follow", "--task-changes-from", "0"]).task_changes_from == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["follow", "--task-changes-from", "-5"])
+    assert "must be at least 0, got -5" in capsys.readouterr().err

@@ -275,11 +275,11 @@ def follow_worker_loop(view: StateView, spool: str, config: dict[str, Any], poll
                 del payload
                 changes: list[pa.Table] = []
                 for session in sessions:  # each worker's records go out as soon as they are made
-                    records = session.apply(inputs)
-                    if change_files is not None:
-                        is_change = pc.equal(records.column("record"), "change")
-                        changes.append(records.filter(is_change))
-                        records = records.filter(pc.invert(is_change))
+                    if change_files is None:
+                        records = session.apply(inputs)
+                    else:
+                        mine, records = session.apply_parts(inputs)
+                        changes.append(mine)
                     _atomic_write(_output_file(folder, n, session.worker_id), to_ipc(records))
                 del inputs
                 if change_files is not None:
@@ -427,10 +427,13 @@ class FollowSession:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _check(self) -> None:
-        errors = sorted(self.spool.glob("error.t*"))
+    def _check(self, listed: set[str] | None = None) -> None:
+        """Raise if a worker task failed or the worker stage ended; ``listed``: the spool's
+        file names, when the caller has just listed it."""
+        names = listed if listed is not None else os.listdir(self.spool)
+        errors = sorted(name for name in names if name.startswith("error.t"))
         if errors:
-            raise RuntimeError(f"worker task failed:\n{errors[0].read_text()}")
+            raise RuntimeError(f"worker task failed:\n{(self.spool / errors[0]).read_text()}")
         if self._failure is not None:
             raise RuntimeError(f"the worker stage ended: {self._failure}") from self._failure
         if self._thread is not None and not self._thread.is_alive():
@@ -484,8 +487,8 @@ class FollowSession:
 
         started = time.perf_counter()
         n = self._round
-        objects = sum(c[0] for c in routed.counts.values())
-        files = self._change_files if objects >= (self.change_file_objects or 0) else None
+        round_objects = sum(c[0] for c in routed.counts.values())
+        files = self._change_files if round_objects >= (self.change_file_objects or 0) else None
         _atomic_write(_round_file(self.spool, n), pickle.dumps((routed.payload, files), protocol=5))
         held, self._gate = self._gate, close_gate(self.spool, n + 1)
         if held is not None:
@@ -495,21 +498,24 @@ class FollowSession:
         pending = set(range(info.workers))
         tasks = set(range(self._tasks)) if files is not None else set()
         while pending or tasks:
+            # One listing per look, not a look per file: the driver looks every few
+            # milliseconds while both cores apply (docs/benchmarks.md).
+            present = set(os.listdir(self.spool))
             for w in sorted(pending):
                 path = _output_file(self.spool, n, w)
-                if path.exists():
+                if path.name in present:
                     parts.append(from_ipc(path.read_bytes()))
                     path.unlink()
                     pending.discard(w)
             for task in sorted(tasks):
                 path = _changes_file(self.spool, n, task)
-                if path.exists():
+                if path.name in present:
                     if text := path.read_text():
                         written.append(JournalFile.from_json(text))
                     path.unlink()
                     tasks.discard(task)
             if pending or tasks:
-                self._check()
+                self._check(present)
                 time.sleep(self.poll)
         _round_file(self.spool, n).unlink()
         _gate_file(self.spool, n).unlink()  # every task passed it: each returned round n

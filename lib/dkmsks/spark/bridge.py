@@ -242,6 +242,16 @@ class WorkerSession:
         return weight, subset
 
     def apply(self, payload: BatchPayload | RoundInputs) -> pa.Table:
+        """Apply every timestamp of ``payload``; its records (:meth:`apply_parts`, the changes
+        first)."""
+        return self._apply(payload).table()
+
+    def apply_parts(self, payload: BatchPayload | RoundInputs) -> tuple[pa.Table, pa.Table]:
+        """Apply every timestamp of ``payload``; its result changes and its other records
+        (metrics, finals), each in the order made (:meth:`_apply`)."""
+        return self._apply(payload).tables()
+
+    def _apply(self, payload: BatchPayload | RoundInputs) -> _Records:
         """Apply every timestamp of ``payload`` (deletions, insertions, objects); its records.
 
         Timestamps go in groups of ``payload.probe_timestamps``: a group's deletions and
@@ -322,7 +332,7 @@ class WorkerSession:
             out.finals_upsert(final, t_last[upserts], seq_last[upserts], weight, subset, vocab)
         gone = np.flatnonzero(was_delete)
         out.finals_delete(sub[gone], t_last[gone], seq_last[gone])
-        return out.table()
+        return out
 
 
 @dataclass(frozen=True)
@@ -363,29 +373,51 @@ def _column(arrow_type: pa.DataType, n: int, pieces: list[tuple[int, int, Any]])
     return pa.array(data, type=arrow_type, mask=None if present.all() else ~present)
 
 
+class _Section:
+    """Records of one section (:class:`_Records`) as numpy pieces per column."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.pieces: dict[str, list[tuple[int, int, Any]]] = {f.name: [] for f in OUTPUT_SCHEMA}
+
+    def part(self, n: int, columns: dict[str, Any]) -> None:
+        for name, value in columns.items():
+            if value is not None:
+                self.pieces[name].append((self.rows, n, value))
+        self.rows += n
+
+    def table(self) -> pa.Table:
+        if self.rows == 0:
+            return OUTPUT_SCHEMA.empty_table()
+        return pa.Table.from_arrays([_column(f.type, self.rows, self.pieces[f.name]) for f in OUTPUT_SCHEMA],
+                                    schema=OUTPUT_SCHEMA)
+
+
 class _Records:
     """Output records of one worker and batch, kept as numpy pieces per column and made into
-    Arrow once, by :meth:`table`. A batch of 100 timestamps makes ~400 groups of records per
+    Arrow once, by :meth:`tables`. A batch of 100 timestamps makes ~400 groups of records per
     worker; an Arrow table per group (22 arrays, most of them all null) took 15 % of a worker's
     apply in one process (335 against 285 ms at |S| = 1M, m = 20). In follow's burst round it
     made no measurable difference: there page faults set the cost (jobs/follow.py,
-    keep_freed_memory)."""
+    keep_freed_memory).
+
+    The result changes are kept apart from the other records (metrics, finals): a follow task
+    writes a large round's changes into the journal itself and sends the rest to the driver
+    (jobs/follow.py, ChangeFiles), and splitting one table by kind copied every list column."""
 
     def __init__(self, worker_id: int) -> None:
         self.worker_id = worker_id
-        self.rows = 0
         self.seq = 0
-        self._pieces: dict[str, list[tuple[int, int, Any]]] = {f.name: [] for f in OUTPUT_SCHEMA}
+        self._changes = _Section()
+        self._others = _Section()
         self._sub: list[np.ndarray] = []  # every change: sub id, t, seq, is a delete
         self._t: list[np.ndarray] = []
         self._seq: list[np.ndarray] = []
         self._del: list[np.ndarray] = []
 
-    def _part(self, n: int, columns: dict[str, Any]) -> None:
-        for name, value in columns.items():
-            if value is not None:
-                self._pieces[name].append((self.rows, n, value))
-        self.rows += n
+    @property
+    def rows(self) -> int:
+        return self._changes.rows + self._others.rows
 
     def changes(self, t: int, change: str, sub_ids: np.ndarray,
                 results: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
@@ -400,14 +432,14 @@ class _Records:
             k, ids, d2 = results
             columns["object_ids"] = _lists(k, ids, ids)
             columns["d2"] = _lists(k, ids, d2)
-        self._part(n, columns)
+        self._changes.part(n, columns)
         self._sub.append(np.asarray(sub_ids, dtype=np.int64))
         self._t.append(np.full(n, t, dtype=np.int64))
         self._seq.append(seq)
         self._del.append(np.full(n, change == "delete"))
 
     def metric(self, t: int, **values: Any) -> None:
-        self._part(1, {"record": "metric", "t": t, "worker": self.worker_id, **values})
+        self._others.part(1, {"record": "metric", "t": t, "worker": self.worker_id, **values})
 
     def last_changes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per subscription id (ascending): ``t``, ``seq`` and delete-ness of its last change."""
@@ -434,7 +466,7 @@ class _Records:
         rank = np.empty(in_text_order.shape[0], dtype=np.int64)
         rank[in_text_order] = np.arange(in_text_order.shape[0])
         keywords = _ListPiece(np.diff(ptr), word_array[in_text_order[_sort_rows(ptr, rank[local.reshape(-1)])]])
-        self._part(n, {
+        self._others.part(n, {
             "record": "final", "t": t, "seq": seq, "worker": self.worker_id, "sub_id": final.sub_ids,
             "change": "upsert", "object_ids": _lists(final.k, final.ids, final.ids),
             "d2": _lists(final.k, final.ids, final.d2), "x": final.x, "y": final.y,
@@ -443,16 +475,18 @@ class _Records:
 
     def finals_delete(self, sub_ids: np.ndarray, t: np.ndarray, seq: np.ndarray) -> None:
         if sub_ids.shape[0]:
-            self._part(int(sub_ids.shape[0]), {"record": "final", "t": t, "seq": seq, "worker": self.worker_id,
+            self._others.part(int(sub_ids.shape[0]), {"record": "final", "t": t, "seq": seq, "worker": self.worker_id,
                                                "sub_id": sub_ids, "change": "delete"})
 
+    def tables(self) -> tuple[pa.Table, pa.Table]:
+        """The result changes and the other records, each in the order made, as tables of one
+        chunk per column (thousands of small chunks made the IPC transfer and the journal
+        append several times slower)."""
+        return self._changes.table(), self._others.table()
+
     def table(self) -> pa.Table:
-        """Every record in the order made, as one table of one chunk per column (thousands of
-        small chunks made the IPC transfer and the journal append several times slower)."""
-        if self.rows == 0:
-            return OUTPUT_SCHEMA.empty_table()
-        return pa.Table.from_arrays([_column(f.type, self.rows, self._pieces[f.name]) for f in OUTPUT_SCHEMA],
-                                    schema=OUTPUT_SCHEMA)
+        """Every record: the changes, then the other records, each in the order made."""
+        return pa.concat_tables(self.tables())
 
 
 def _no_results(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
