@@ -7,9 +7,11 @@ Here the tasks of one barrier stage build the ``m`` workers once (each task host
 alive, each applying one :class:`~dkmsks.spark.bridge.BatchPayload` per round to its workers in
 turn. The driver — the main server, also kept warm — routes each new timestamp, drops the
 payload into a spool directory, collects the workers' records from it and commits them with the
-same protocol as a catch-up run: one journal append per round, under the writer lock (released
+same protocol as a catch-up run: one journal commit per round, under the writer lock (released
 between rounds, so a scheduled catch-up run or a repartition can get in; the session then sees
-the foreign commit and restarts from Delta). When idle it compacts the journal into
+the foreign commit and restarts from Delta). In a large round (:data:`CHANGE_FILE_OBJECTS`)
+the tasks write their workers' result changes into journal files themselves and the driver
+adds those files to its commit (:class:`ChangeFiles`). When idle it compacts the journal into
 ``knn_state`` once the uncompacted tail is large.
 
 The spool is a local directory, so follow mode needs the driver and executors to share a
