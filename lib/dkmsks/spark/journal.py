@@ -123,10 +123,9 @@ def commit(lake: Lake, records: pa.Table, to_t: int) -> bool:
 def journal_file_schema(lake: Lake) -> pa.Schema:
     """The columns of a journal file (:func:`dkmsks.spark.journal_files.file_schema`)."""
     from dkmsks.spark.journal_files import file_schema
-    from dkmsks.spark.lake import _plain
+    from dkmsks.spark.lake import plain_schema
 
-    table = pa.schema(lake.table(tables.JOURNAL).schema().to_arrow())
-    return file_schema(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table]))
+    return file_schema(plain_schema(pa.schema(lake.table(tables.JOURNAL).schema().to_arrow())))
 
 
 def commit_with_files(lake: Lake, records: pa.Table, written: list[JournalFile], to_t: int,

@@ -31,6 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dkmsks.spark.lake import conform
+
 #: The journal's partition column: one directory per record kind.
 PARTITION = "record"
 #: Columns worth a dictionary: a handful of distinct values in every file. The others (ids,
@@ -90,14 +92,6 @@ def file_stats(data: pa.Table) -> str:
         low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
     return json.dumps({"numRecords": n, "minValues": low, "maxValues": high, "nullCount": nulls},
                       separators=(",", ":"))
-
-
-def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``data`` with exactly the columns of ``schema`` in its order (missing ones null), cast to
-    its types."""
-    columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
-               for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def write_file(root: str, kind: str, data: pa.Table, schema: pa.Schema) -> JournalFile:

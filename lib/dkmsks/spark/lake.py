@@ -237,7 +237,7 @@ class Lake:
         # Through the Arrow stream interface: pa.table() on a foreign table imports pandas
         # first, which a reader (dkm status, watch, the client) otherwise never loads.
         data = pa.RecordBatchReader.from_stream(table.scan(columns=columns, predicate=predicate)).read_all()
-        data = data.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in data.schema]))
+        data = data.cast(plain_schema(data.schema))
         if sub_ids is not None and not listed:  # after the cast: Arrow's filter takes no string views
             wanted = pa.array([int(s) for s in sub_ids], type=pa.int64())
             data = data.filter(pc.is_in(data.column("sub_id"), value_set=wanted))
@@ -357,7 +357,7 @@ class Lake:
                 return False
             txns = [Transaction(app_id, int(version))]
         target = table.schema().to_arrow()
-        data = _conform(data, pa.schema(target))
+        data = conform(data, pa.schema(target))
         write_deltalake(table, data, mode="append",
                         commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=txns))
         return True
@@ -391,6 +391,11 @@ class Lake:
         return True
 
 
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field in the plain layouts of :func:`_plain`."""
+    return pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in schema])
+
+
 def _plain(kind: pa.DataType) -> pa.DataType:
     """Arrow's view and large layouts (what delta-rs' engine yields) as the plain ones that
     every pyarrow kernel (sorting, joins) supports."""
@@ -406,7 +411,7 @@ def _plain(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """``data`` with exactly the columns of ``schema`` (missing ones null), cast to its types."""
     columns = []
     for f in schema:
