@@ -177,3 +177,43 @@ def test_hosted_workers_sharing_a_round_emit_the_records_each_makes_alone(method
     with pytest.raises(ValueError, match="another vocabulary"):
         session(0).apply(RoundInputs(payload, Vocabulary()))
     _assert_replay_is_the_oracle(states, alone, objects, events)
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_a_groups_events_applied_at_once_give_the_records_of_one_timestamp_at_a_time(seed, monkeypatch):
+    """A probe group's deletions and insertions go in one call each unless an id occurs twice
+    among them (_events_at_once): the records, live counts included, equal those of applying
+    them one timestamp at a time, for one worker and for three sharing a round; both ways are
+    taken in these workloads (an adversarial case registers deleted ids again)."""
+    from dkmsks.spark.bridge import OUTPUT_SCHEMA, RoundInputs, WorkerSession
+
+    objects, events = adversarial_case(seed, timestamps=T)
+    states, split = _split(objects, events, 3)
+    keep = [f.name for f in OUTPUT_SCHEMA if f.name not in ("knn_ms", "insert_ms", "delete_ms")]
+    taken = {"at once": 0, "one by one": 0}
+    at_once = WorkerSession._events_at_once
+
+    def counted(self, inputs, group):
+        events_ = at_once(self, inputs, group)
+        taken["at once" if events_ is not None else "one by one"] += 1
+        return events_
+
+    monkeypatch.setattr(WorkerSession, "_events_at_once", counted)
+
+    def records(flag, width):
+        monkeypatch.setattr(WorkerSession, "events_at_once", flag)
+        single = _records(objects, events, width).select(keep)
+        vocab = Vocabulary()
+        payload = __import__("dataclasses").replace(split, probe_timestamps=width)
+        inputs = RoundInputs(payload, vocab)
+        hosted = [WorkerSession(w, states[w], method="dkm", space=payload.space, grid=4, vocab=vocab)
+                  for w in range(3)]
+        return [single] + [s.apply(inputs).select(keep) for s in hosted]
+
+    for width in (3, T):
+        before = dict(taken)
+        one_by_one = records(False, width)
+        assert taken == before  # the flag off: never tried
+        for mine, theirs in zip(records(True, width), one_by_one, strict=True):
+            assert mine.num_rows > 0 and mine.equals(theirs), width
+    assert taken["at once"] > 0 and taken["one by one"] > 0, taken

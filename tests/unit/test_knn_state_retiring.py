@@ -51,3 +51,30 @@ def test_a_deletion_at_or_before_the_watermark_frees_at_once() -> None:
     rows = state.remove([1], t=4)
     assert not state.in_use[rows].any()
     assert state.release_retired().shape[0] == 0
+
+
+def test_a_removal_with_a_time_per_id_retires_each_row_until_its_own_time() -> None:
+    """A probe group's deletions in one call (spark/bridge.py, _events_at_once): each id with
+    its timestamp; those at or before the watermark are freed at once, and the worker's index
+    forgets exactly those."""
+    from dkmsks.core.model import Rect
+    from dkmsks.core.update import Worker
+
+    worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=4)
+    rows = worker.add(_subs([1, 2, 3, 4, 5]))
+    state = worker.state
+    state.advance(4)
+    forgotten: list[int] = []
+    forget = worker.index.forget
+    worker.index.forget = lambda r: (forgotten.extend(np.asarray(r).tolist()), forget(r))  # type: ignore[method-assign]
+    assert worker.remove([2, 3, 4, 99, 5], t=[6, 4, 8, 5, 3]) == 4  # 99 is not held
+    row_of = dict(zip([1, 2, 3, 4, 5], rows.tolist(), strict=True))
+    assert sorted(forgotten) == sorted([row_of[3], row_of[5]])
+    assert not state.in_use[[row_of[3], row_of[5]]].any()
+    assert state.end_t[row_of[2]] == 6 and state.end_t[row_of[4]] == 8 and state.in_use[row_of[1]]
+    assert len(state) == 1 and state.contains([1, 2, 3, 4, 5]).tolist() == [True, False, False, False, False]
+    state.advance(6)
+    assert state.release_retired().tolist() == [row_of[2]]
+    state.advance(8)
+    assert state.release_retired().tolist() == [row_of[4]]
+    assert state.release_retired().shape[0] == 0

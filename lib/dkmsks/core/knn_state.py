@@ -328,24 +328,33 @@ class KnnState:
         self._map_insert(sid, rows)
         return rows
 
-    def remove(self, sub_ids: npt.ArrayLike, t: int | None = None) -> Int64Array:
+    def remove(self, sub_ids: npt.ArrayLike, t: int | npt.ArrayLike | None = None) -> Int64Array:
         """Delete subscriptions; returns their rows (ids not live here are ignored).
 
         With ``t=None`` the rows are freed at once. With ``t`` given (a deletion at timestamp
-        ``t`` inside a batch still to be processed), the id is released at once (it may be
-        registered again) but the row keeps answering objects with ``o.t < t`` until the
-        watermark reaches ``t`` (docs/design.md §3 fact 2).
+        ``t`` inside a batch still to be processed; one per id, or one for all), the id is
+        released at once (it may be registered again) but the row keeps answering objects with
+        ``o.t < t`` until the watermark reaches ``t`` (docs/design.md §3 fact 2); a row whose
+        ``t`` the watermark has reached is freed at once (:attr:`in_use` tells which).
         """
-        rows = self.rows_of(sub_ids)
-        rows = rows[rows >= 0]
+        q = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
+        rows = self.rows_of(q)
+        held = rows >= 0
+        rows = rows[held]
         if rows.shape[0] == 0:
             return rows
         self._map_delete(self.sub_id[rows])
-        if t is None or t <= self.watermark:
+        if t is None:
             self._free_rows(rows)
-        else:
-            self.end_t[rows] = np.int64(t)
-            self._n_retiring += int(rows.shape[0])
+            return rows
+        end = np.broadcast_to(np.asarray(t, dtype=np.int64), q.shape)[held]
+        now = end <= self.watermark
+        if now.any():
+            self._free_rows(rows[now])
+        later = np.flatnonzero(~now)
+        if later.shape[0]:
+            self.end_t[rows[later]] = end[later]
+            self._n_retiring += int(later.shape[0])
         return rows
 
     def release_retired(self) -> Int64Array:

@@ -366,11 +366,13 @@ class Worker:
         self.index.add(self.state, rows, g)
         return rows
 
-    def remove(self, sub_ids: npt.ArrayLike, t: int | None = None) -> int:
-        """Delete subscriptions (ids not held here are ignored); returns how many were held."""
+    def remove(self, sub_ids: npt.ArrayLike, t: int | npt.ArrayLike | None = None) -> int:
+        """Delete subscriptions (ids not held here are ignored), as of ``t`` when given (one
+        timestamp per id, or one for all; :meth:`KnnState.remove`); returns how many were held."""
         rows = self.state.remove(sub_ids, t)
-        if t is None or t <= self.state.watermark:
-            self.index.forget(rows)
+        freed = rows if t is None else rows[~self.state.in_use[rows]]
+        if freed.shape[0]:
+            self.index.forget(freed)
         return int(rows.shape[0])
 
     def process(self, objects: Objects, probe: Probe | None = None) -> UpdateStats:
