@@ -176,3 +176,45 @@ def test_warm_arrow_leaves_the_first_records_no_import(warm: bool) -> None:
         assert imported == [], imported
     else:
         assert "pandas" in imported  # what the warm-up takes out of the first round
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
+    """changes_of and metrics (a probe group's records at once, WorkerSession._apply) give the
+    rows and seq of changes and metric called one at a time, which the test above checks
+    against rows written out by hand: kinds with and without results, results of different
+    widths, and empty calls among them."""
+    rng = np.random.default_rng(seed)
+    calls = []
+    for t in (5, 6, 8):
+        calls.append((t, "delete", rng.choice(10_000, int(rng.integers(0, 4)), replace=False).astype(np.int64), None))
+        new = rng.choice(10_000, int(rng.integers(0, 3)), replace=False).astype(np.int64)
+        calls.append((t, "insert", new, _no_results(new.shape[0])))
+        n = int(rng.integers(0, 6))
+        k = rng.integers(1, 5, n).astype(np.int32)
+        ids, d2 = _matrix(rng, n, 5, k)
+        calls.append((t, "update", rng.choice(10_000, n, replace=False).astype(np.int64), (k, ids, d2)))
+    assert sum(c[2].shape[0] for c in calls) > 0
+    metrics = {"subscriptions": np.array([40, 41, 43]), "pairs_tested": np.array([7, 0, 9]),
+               "pairs_in_ball": np.array([1, 0, 2]), "results_changed": np.array([3, 0, 1]),
+               "knn_ms": np.array([0.5, 0.0, 0.25]), "insert_ms": np.array([0.1, 0.2, 0.3]),
+               "delete_ms": np.array([0.0, 0.125, 0.5])}
+
+    one_by_one, at_once = _Records(WORKER), _Records(WORKER)
+    one_by_one.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
+                                                                      np.array([[4]], np.int64), np.array([[0.5]])))
+    at_once.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
+                                                                   np.array([[4]], np.int64), np.array([[0.5]])))
+    for t, change, sub_ids, results in calls:
+        one_by_one.changes(t, change, sub_ids, results=results)
+    for i, t in enumerate((5, 6, 8)):
+        one_by_one.metric(t, **{name: values[i].item() for name, values in metrics.items()})
+    at_once.changes_of(calls)
+    at_once.metrics(np.array([5, 6, 8], np.int64), **metrics)
+
+    want, got = one_by_one.table(), at_once.table()
+    assert got.num_rows == want.num_rows > 4
+    for name in OUTPUT_SCHEMA.names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+    for mine, theirs in zip(at_once.last_changes(), one_by_one.last_changes(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
