@@ -666,7 +666,9 @@ def merge_sorted_into(keys: Int64Array, rows: Any, epochs: Any, n_old: int, new_
 @_jit
 def _merge_accepted(s_ids, s_d2, s_k, rows, oid, d2):  # noqa: ANN001
     n = rows.shape[0]
-    order = np.argsort(rows, kind="mergesort")
+    # Any order of a row's pairs will do (each row's group is sorted by (d², id) below):
+    # numba's quicksort took ~20 % less of this kernel than its mergesort (docs/benchmarks.md).
+    order = np.argsort(rows, kind="quicksort")
     K = s_ids.shape[1]
     new_ids = np.empty(K, dtype=np.int64)
     new_d2 = np.empty(K, dtype=np.float64)
