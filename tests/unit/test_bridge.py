@@ -185,7 +185,8 @@ def test_a_groups_events_applied_at_once_give_the_records_of_one_timestamp_at_a_
     among them (_events_at_once): the records, live counts included, equal those of applying
     them one timestamp at a time, for one worker and for three sharing a round; both ways are
     taken in these workloads (an adversarial case registers deleted ids again)."""
-    from dkmsks.spark.bridge import OUTPUT_SCHEMA, RoundInputs, WorkerSession
+    from dkmsks.spark.bridge import RoundInputs, WorkerSession
+    from dkmsks.spark.worker_records import OUTPUT_SCHEMA
 
     objects, events = adversarial_case(seed, timestamps=T)
     states, split = _split(objects, events, 3)

@@ -1,4 +1,4 @@
-"""A worker task's output records (spark/bridge.py) against rows written out by hand.
+"""A worker task's output records (spark/worker_records.py) against rows written out by hand.
 
 The records are kept as numpy pieces per column and made into one Arrow table at the end; the
 expectation here is the plain list of row dicts each call stands for, in call order, with
@@ -14,7 +14,8 @@ import pytest
 
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import KeywordSets, Vocabulary
-from dkmsks.spark.bridge import OUTPUT_SCHEMA, KeywordColumn, _no_results, _Records
+from dkmsks.spark.bridge import KeywordColumn
+from dkmsks.spark.worker_records import OUTPUT_SCHEMA, WorkerRecords, no_results
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +45,7 @@ def _kept(ids_row, values_row, k):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     rng = np.random.default_rng(seed)
-    records, expected, seq = _Records(WORKER), [], 0
+    records, expected, seq = WorkerRecords(WORKER), [], 0
     for t in (3, 4, 6):
         gone = rng.choice(10_000, int(rng.integers(0, 4)), replace=False).astype(np.int64)
         records.changes(t, "delete", gone)
@@ -53,7 +54,7 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
             expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="delete"))
 
         new = rng.choice(10_000, int(rng.integers(0, 3)), replace=False).astype(np.int64)
-        records.changes(t, "insert", new, results=_no_results(new.shape[0]))
+        records.changes(t, "insert", new, results=no_results(new.shape[0]))
         for sid in new.tolist():
             seq += 1
             expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="insert",
@@ -113,13 +114,13 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
 
 
 def test_no_records_is_an_empty_table_of_the_schema():
-    table = _Records(WORKER).table()
+    table = WorkerRecords(WORKER).table()
     assert table.num_rows == 0 and table.schema.equals(OUTPUT_SCHEMA)
-    assert all(part.num_rows == 0 and part.schema.equals(OUTPUT_SCHEMA) for part in _Records(WORKER).tables())
+    assert all(part.num_rows == 0 and part.schema.equals(OUTPUT_SCHEMA) for part in WorkerRecords(WORKER).tables())
 
 
 def test_a_string_column_has_nulls_where_no_piece_is_and_each_pieces_word():
-    records = _Records(WORKER)
+    records = WorkerRecords(WORKER)
     records.metric(2, subscriptions=1)
     records.finals_delete(np.array([5, 6], np.int64), np.array([2, 2], np.int64), np.array([1, 2], np.int64))
     records.metric(3, subscriptions=1)
@@ -149,12 +150,13 @@ def test_a_keyword_column_in_a_worker_vocabulary_holds_each_row_sorted_by_the_wo
 _FIRST_RECORDS = """
 import sys
 import numpy as np
-from dkmsks.spark.bridge import _Records, _no_results, warm_arrow
+from dkmsks.spark.bridge import warm_arrow
+from dkmsks.spark.worker_records import WorkerRecords, no_results
 if sys.argv[1] == "warm":
     warm_arrow()
 before = set(sys.modules)
-out = _Records(3)
-out.changes(5, "insert", np.array([11, 12]), results=_no_results(2))
+out = WorkerRecords(3)
+out.changes(5, "insert", np.array([11, 12]), results=no_results(2))
 out.metric(5, subscriptions=2, pairs_tested=0)
 out.table()
 print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "pandas")))
@@ -189,7 +191,7 @@ def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
     for t in (5, 6, 8):
         calls.append((t, "delete", rng.choice(10_000, int(rng.integers(0, 4)), replace=False).astype(np.int64), None))
         new = rng.choice(10_000, int(rng.integers(0, 3)), replace=False).astype(np.int64)
-        calls.append((t, "insert", new, _no_results(new.shape[0])))
+        calls.append((t, "insert", new, no_results(new.shape[0])))
         n = int(rng.integers(0, 6))
         k = rng.integers(1, 5, n).astype(np.int32)
         ids, d2 = _matrix(rng, n, 5, k)
@@ -200,7 +202,7 @@ def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
                "knn_ms": np.array([0.5, 0.0, 0.25]), "insert_ms": np.array([0.1, 0.2, 0.3]),
                "delete_ms": np.array([0.0, 0.125, 0.5])}
 
-    one_by_one, at_once = _Records(WORKER), _Records(WORKER)
+    one_by_one, at_once = WorkerRecords(WORKER), WorkerRecords(WORKER)
     one_by_one.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
                                                                       np.array([[4]], np.int64), np.array([[0.5]])))
     at_once.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
