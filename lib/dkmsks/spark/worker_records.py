@@ -148,27 +148,13 @@ class WorkerRecords:
                 results: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         """One ``change`` record per id of ``sub_ids`` at ``t``, numbered on from the last
         ``seq``; ``results`` (``(k, ids, d2)``, kNN matrices) their results, none for a deletion."""
-        n = int(sub_ids.shape[0])
-        if n == 0:
-            return
-        seq = self.seq + 1 + np.arange(n, dtype=np.int64)
-        self.seq += n
-        columns: dict[str, Any] = {"record": "change", "t": t, "seq": seq, "worker": self.worker_id,
-                                   "sub_id": np.asarray(sub_ids, dtype=np.int64), "change": change}
-        if results is not None:
-            k, ids, d2 = results
-            columns["object_ids"] = _lists(k, ids, ids)
-            columns["d2"] = _lists(k, ids, d2)
-        self._changes.part(n, columns)
-        self._sub.append(np.asarray(sub_ids, dtype=np.int64))
-        self._t.append(np.full(n, t, dtype=np.int64))
-        self._seq.append(seq)
-        self._del.append(np.full(n, change == "delete"))
+        self.changes_of([(t, change, np.asarray(sub_ids), results)])
 
     def changes_of(self, calls: Sequence[tuple[int, str, np.ndarray,
                                               tuple[np.ndarray, np.ndarray, np.ndarray] | None]]) -> None:
         """The records of :meth:`changes` called with each of ``calls`` (``(t, change, sub_ids,
-        results)``) in turn, made in one go: the same rows and ``seq``."""
+        results)``) in turn, made in one go: the same rows and ``seq`` (a probe group's changes,
+        three calls per timestamp, as one piece per column)."""
         calls = [c for c in calls if c[2].shape[0]]
         if not calls:
             return
