@@ -1,0 +1,90 @@
+"""The compiled merge of accepted pairs (core/kernel.py, ``merge_accepted``) against the numpy
+reference merge (core/update.py, ``merge_results``), directly: groups of one pair to hundreds
+per row (a catch-up round's probe group gives some rows hundreds per timestamp), ties in
+``d²``, objects met twice and objects already in the result.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dkmsks.core import kernel
+from dkmsks.core.update import merge_results
+
+pytestmark = pytest.mark.unit
+
+K = 10
+#: Pairs per row: from one to many more than the row's k.
+GROUP_SIZES = (1, 2, 5, 16, 17, 40, 300)
+
+
+def _d2(row: int, oid: int) -> float:
+    """A row's distance to an object, from few values so that ties in d² are common."""
+    return float((row * 7 + oid * 13) % 31)
+
+
+def _state(rng: np.random.Generator, n_rows: int) -> SimpleNamespace:
+    """kNN matrices with k in 1..K and each row's result partly or wholly filled, ordered by (d², id)."""
+    ids = np.full((n_rows, K), -1, dtype=np.int64)
+    d2 = np.full((n_rows, K), np.inf)
+    k = rng.integers(1, K + 1, n_rows).astype(np.int32)
+    for row in range(n_rows):
+        filled = int(rng.integers(0, k[row] + 1))
+        oids = rng.choice(400, filled, replace=False)
+        entries = sorted((_d2(row, int(o)), int(o)) for o in oids)
+        for c, (dist, o) in enumerate(entries):
+            ids[row, c], d2[row, c] = o, dist
+    return SimpleNamespace(K=K, ids=ids, d2=d2, k=k)
+
+
+def _accepted(rng: np.random.Generator, state: SimpleNamespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs for every row, a group size from GROUP_SIZES each; some objects twice, some already
+    in the row's result, shuffled, as the lookup leaves them. Every ninth row's objects are all
+    in its result already; in the rows after those, all but one, which ranks last."""
+    rows, oids, dists = [], [], []
+    for row in range(state.ids.shape[0]):
+        size = int(rng.choice(GROUP_SIZES))
+        drawn = rng.integers(0, 400, size)
+        current = state.ids[row][state.ids[row] >= 0]
+        d2 = np.array([_d2(row, int(o)) for o in drawn])
+        if current.shape[0] and row % 9 in (0, 1):
+            drawn = rng.choice(current, max(size, 20))  # a replayed group
+            d2 = np.array([_d2(row, int(o)) for o in drawn])
+            if row % 9 == 1:  # and one object new to the row, beyond its k-th
+                drawn = np.append(drawn, 400 + row)
+                d2 = np.append(d2, 100.0)
+        elif current.shape[0] and size > 1:
+            drawn[: max(size // 5, 1)] = rng.choice(current, max(size // 5, 1))
+            d2 = np.array([_d2(row, int(o)) for o in drawn])
+        rows.append(np.full(drawn.shape[0], row, dtype=np.int64))
+        oids.append(drawn.astype(np.int64))
+        dists.append(d2)
+    rows_a, oids_a, d2_a = np.concatenate(rows), np.concatenate(oids), np.concatenate(dists)
+    order = rng.permutation(rows_a.shape[0])
+    return rows_a[order], oids_a[order], d2_a[order]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_compiled_merge_equals_the_reference_merge(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    state = _state(rng, 120)
+    rows, oid, d2 = _accepted(rng, state)
+    sizes = np.bincount(rows)
+    assert (sizes == 1).any() and (sizes >= 300).any()
+
+    reference = SimpleNamespace(K=K, ids=state.ids.copy(), d2=state.d2.copy(), k=state.k)
+    before = state.ids.copy()
+    # The reference merges deduplicated pairs (its caller drops an object met twice).
+    _, first = np.unique(rows * (1 << 32) + oid, return_index=True)
+    expected_touched = merge_results(reference, rows[first], oid[first], d2[first])
+
+    touched, changed, distinct = kernel.merge_accepted(state, rows, oid, d2)
+
+    assert np.array_equal(state.ids, reference.ids)
+    assert np.array_equal(state.d2.view(np.int64), reference.d2.view(np.int64))
+    assert np.array_equal(touched, np.sort(expected_touched))
+    assert np.array_equal(changed, (before[touched] != state.ids[touched]).any(axis=1))
+    assert distinct == first.shape[0]
