@@ -218,3 +218,35 @@ def test_a_groups_events_applied_at_once_give_the_records_of_one_timestamp_at_a_
         for mine, theirs in zip(records(True, width), one_by_one, strict=True):
             assert mine.num_rows > 0 and mine.equals(theirs), width
     assert taken["at once"] > 0 and taken["one by one"] > 0, taken
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_deletions_asked_of_every_worker_are_recorded_by_the_worker_that_held_them(seed, monkeypatch):
+    """A deletion routed to worker -1 (a main server that does not track workers asks every
+    worker, core/protocol.py) gives each worker the records of the same deletion routed to the
+    worker holding it: one timestamp at a time and a probe group's events at once."""
+    import dataclasses
+
+    from dkmsks.spark.bridge import RoundInputs, WorkerSession
+    from dkmsks.spark.worker_records import OUTPUT_SCHEMA
+
+    objects, events = adversarial_case(seed, timestamps=T)
+    states, routed = _split(objects, events, 3)
+    asked_of_all = dataclasses.replace(routed, del_worker=np.full(routed.del_ids.shape[0], -1, np.int32))
+    keep = [f.name for f in OUTPUT_SCHEMA if f.name not in ("knn_ms", "insert_ms", "delete_ms")]
+
+    def records(payload, flag, width):
+        monkeypatch.setattr(WorkerSession, "events_at_once", flag)
+        vocab = Vocabulary()
+        inputs = RoundInputs(dataclasses.replace(payload, probe_timestamps=width), vocab)
+        hosted = [WorkerSession(w, states[w], method="dkm", space=payload.space, grid=4, vocab=vocab)
+                  for w in range(3)]
+        return [s.apply(inputs).select(keep) for s in hosted]
+
+    deleted = 0
+    for flag, width in ((False, 1), (False, 3), (True, 3), (True, T)):
+        expected = records(routed, flag, width)
+        deleted += sum(pa.compute.sum(pa.compute.equal(r.column("change"), "delete")).as_py() or 0 for r in expected)
+        for mine, theirs in zip(records(asked_of_all, flag, width), expected, strict=True):
+            assert mine.equals(theirs), (flag, width)
+    assert deleted > 0

@@ -256,7 +256,7 @@ class WorkerSession:
         for t in group:
             started = time.perf_counter()
             routed_del, routed_ins = inputs.events(t)
-            events.deleted[t] = routed_del.ids[routed_del.workers == worker_id]
+            events.deleted[t] = self._deleted_here(routed_del.ids, routed_del.workers)
             if remove_deletions(worker, worker_id, routed_del, at_t=True):
                 for sid in events.deleted[t].tolist():
                     self._registered.pop(sid, None)
@@ -299,7 +299,7 @@ class WorkerSession:
         held = worker.state.contains(del_ids) if del_ids.shape[0] else np.zeros(0, dtype=bool)
         if del_ids.shape[0]:
             worker.remove(del_ids, t=del_t)
-        exact = ev.del_worker[mine_del] == worker_id
+        exact = (ev.del_worker[mine_del] == worker_id) | held  # asked of every worker: held here
         for sid in del_ids[exact].tolist():
             self._registered.pop(sid, None)
         delete_ms = (time.perf_counter() - started) * 1e3
@@ -321,6 +321,15 @@ class WorkerSession:
             events.live[t] = int(live[i])
             events.times[t] = (delete_ms * _share(del_at, i), insert_ms * _share(ins_at, i))
         return events
+
+    def _deleted_here(self, ids: np.ndarray, workers: np.ndarray) -> np.ndarray:
+        """The deletions of one timestamp that this worker records: those routed to it, and
+        those asked of every worker (``-1``, core/protocol.py) that it holds (before they apply)."""
+        mine = workers == self.worker_id
+        asked_of_all = np.flatnonzero(workers < 0)
+        if asked_of_all.shape[0]:
+            mine[asked_of_all] = self.worker.state.contains(ids[asked_of_all])
+        return ids[mine]
 
     def _weights_of(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         weight = np.zeros(sub_ids.shape[0], dtype=np.int64)
