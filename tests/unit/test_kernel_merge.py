@@ -27,7 +27,7 @@ def _d2(row: int, oid: int) -> float:
 
 
 def _state(rng: np.random.Generator, n_rows: int) -> SimpleNamespace:
-    """kNN matrices with k in 1..K and each row's result partly or wholly filled, ordered by (d², id)."""
+    """The kNN matrices: k in 1..K, each row's result partly or wholly filled, ordered by (d², id)."""
     ids = np.full((n_rows, K), -1, dtype=np.int64)
     d2 = np.full((n_rows, K), np.inf)
     k = rng.integers(1, K + 1, n_rows).astype(np.int32)
