@@ -211,7 +211,7 @@ def test_deleting_an_unknown_subscription_is_an_error() -> None:
 
 def test_core_modules_read_no_clock_and_no_spark() -> None:
     """docs/design.md §4 / STYLE: the core is pure numpy; timing is injected by the caller."""
-    for name in ("engine.py", "update.py", "worker_index.py", "knn_state.py"):
+    for name in ("engine.py", "update.py", "worker_index.py", "postings.py", "knn_state.py"):
         tree = ast.parse((CORE / name).read_text())
         imported = set()
         for node in ast.walk(tree):

@@ -14,7 +14,7 @@ import pytest
 from dkmsks.core import kernel
 from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import KeywordSets, Objects, Subscriptions
-from dkmsks.core.worker_index import Postings
+from dkmsks.core.postings import Postings
 
 pytestmark = pytest.mark.unit
 

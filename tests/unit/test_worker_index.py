@@ -8,7 +8,8 @@ import pytest
 
 from dkmsks.core.model import Objects, Op, Rect, Results, SubscriptionEvents
 from dkmsks.core.oracle import live_subscriptions, oracle_results
-from dkmsks.core.worker_index import GridIndex, Postings, make_index
+from dkmsks.core.postings import Postings
+from dkmsks.core.worker_index import GridIndex, make_index
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from test_update import (
     METHODS,
@@ -435,7 +436,7 @@ def test_key_filter_blocked_compiled_and_numpy_agree_and_never_drop_a_key() -> N
     import pickle
 
     from dkmsks.core.kernel import FILTER_BLOCK_BITS, _filtered
-    from dkmsks.core.worker_index import _filter_slots, _filter_test
+    from dkmsks.core.postings import _filter_slots, _filter_test
 
     rng = np.random.default_rng(8)
     held = rng.integers(-(2**62), 2**62, 200_000)

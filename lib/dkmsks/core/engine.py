@@ -45,9 +45,10 @@ from dkmsks.core.model import (
     Subscriptions,
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
+from dkmsks.core.postings import DEFAULT_BUDGET
 from dkmsks.core.protocol import add_insertions, remove_deletions, route_deletions, route_insertions
 from dkmsks.core.update import Worker
-from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID
+from dkmsks.core.worker_index import DEFAULT_GRID
 
 Clock = Callable[[], float]
 

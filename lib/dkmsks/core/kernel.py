@@ -115,7 +115,7 @@ def kernel_name(requested: str | None = None) -> str:
     return name
 
 
-#: The postings' key filter (:class:`~dkmsks.core.worker_index.Postings`): bits of a slot
+#: The postings' key filter (:class:`~dkmsks.core.postings.Postings`): bits of a slot
 #: index and the multipliers of its two hashes. The filter is blocked: the first hash picks
 #: a slot, the second one of the 512 slots of that slot's 64-byte block, so a key's two bits
 #: cost one cache line, not two (the filters of 20 workers do not stay in cache between
@@ -142,7 +142,7 @@ def _filtered(present: Any, key: Any) -> bool:
 
 @_jit
 def _filter_set(bits: Any, keys: Any) -> None:
-    """Set both filter slots of each of ``keys`` (worker_index._filter_set's bits, one loop)."""
+    """Set both filter slots of each of ``keys`` (postings._filter_set's bits, one loop)."""
     seven = np.uint64(7)
     three = np.uint64(3)
     one = np.uint64(1)
@@ -321,7 +321,7 @@ _ROUND = 4096
 #: Entries :func:`_lookup` holds (their state asked for) before it tests them: ~9 cache lines
 #: each, so that the lines asked for are still in a core's L2 when read.
 _HELD = 1024
-#: One fence key per this many main postings (:attr:`~dkmsks.core.worker_index.Postings.fences`).
+#: One fence key per this many main postings (:attr:`~dkmsks.core.postings.Postings.fences`).
 FENCE_STRIDE = 32
 
 

@@ -36,7 +36,8 @@ import numpy.typing as npt
 from dkmsks.core.kernel import Probe, SortedProbe, kernel_name, merge_accepted
 from dkmsks.core.knn_state import NEVER, KnnState, StateArrays
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
-from dkmsks.core.worker_index import DEFAULT_BUDGET, DEFAULT_GRID, WorkerIndex, make_index
+from dkmsks.core.postings import DEFAULT_BUDGET
+from dkmsks.core.worker_index import DEFAULT_GRID, WorkerIndex, make_index
 
 
 @dataclass
