@@ -1,7 +1,8 @@
 """The compiled merge of accepted pairs (core/kernel.py, ``merge_accepted``) against the numpy
 reference merge (core/update.py, ``merge_results``), directly: groups of one pair to hundreds
 per row (a catch-up round's probe group gives some rows hundreds per timestamp), ties in
-``d²``, objects met twice and objects already in the result.
+``d²``, objects met twice, objects already in the result and pairs outside the row's ball
+(accepted against an older state: they neither land nor count).
 """
 
 from __future__ import annotations
@@ -77,14 +78,23 @@ def test_the_compiled_merge_equals_the_reference_merge(seed: int) -> None:
 
     reference = SimpleNamespace(K=K, ids=state.ids.copy(), d2=state.d2.copy(), k=state.k)
     before = state.ids.copy()
-    # The reference merges deduplicated pairs (its caller drops an object met twice).
+    # The reference merges deduplicated pairs (its caller drops an object met twice), all of
+    # them: a pair outside the ball cannot land, which the compiled merge counts on.
     _, first = np.unique(rows * (1 << 32) + oid, return_index=True)
-    expected_touched = merge_results(reference, rows[first], oid[first], d2[first])
+    merge_results(reference, rows[first], oid[first], d2[first])
+    # What counts: distinct pairs before the row's k-th (d², id); touched: rows with one of
+    # them not in the result already.
+    r, o, d = rows[first], oid[first], d2[first]
+    kk = state.k[r] - 1
+    kid, kd2 = before[r, kk], state.d2[r, kk]
+    inside = (kid < 0) | (d < kd2) | ((d == kd2) & (o < kid))
+    new = ~(before[r] == o[:, None]).any(axis=1)
+    assert inside.any() and (~inside).any()  # both kinds in every workload
 
     touched, changed, distinct = kernel.merge_accepted(state, rows, oid, d2)
 
     assert np.array_equal(state.ids, reference.ids)
     assert np.array_equal(state.d2.view(np.int64), reference.d2.view(np.int64))
-    assert np.array_equal(touched, np.sort(expected_touched))
+    assert np.array_equal(touched, np.unique(r[inside & new]))
     assert np.array_equal(changed, (before[touched] != state.ids[touched]).any(axis=1))
-    assert distinct == first.shape[0]
+    assert distinct == int(inside.sum())

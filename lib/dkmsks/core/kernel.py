@@ -664,8 +664,20 @@ def merge_sorted_into(keys: Int64Array, rows: Any, epochs: Any, n_old: int, new_
 
 
 @_jit
-def _merge_accepted(s_ids, s_d2, s_k, rows, oid, d2):  # noqa: ANN001
-    n = rows.shape[0]
+def _merge_accepted(s_ids, s_d2, s_k, all_rows, all_oid, all_d2):  # noqa: ANN001
+    # Only pairs inside the row's ball as it stands can land or count (merge_accepted's doc);
+    # in a catch-up round most are not (docs/benchmarks.md), so they go before the sort.
+    inside = np.empty(all_rows.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(all_rows.shape[0]):
+        row = all_rows[i]
+        kk = s_k[row] - 1
+        kid = s_ids[row, kk]
+        kd2 = s_d2[row, kk]
+        if kid < 0 or all_d2[i] < kd2 or (all_d2[i] == kd2 and all_oid[i] < kid):
+            inside[n] = i
+            n += 1
+    rows, oid, d2 = all_rows[inside[:n]], all_oid[inside[:n]], all_d2[inside[:n]]
     # Any order of a row's pairs will do (each row's group is sorted by (d², id) below):
     # numba's quicksort took ~20 % less of this kernel than its mergesort (docs/benchmarks.md).
     order = np.argsort(rows, kind="quicksort")
@@ -754,9 +766,12 @@ def merge_accepted(
 ) -> tuple[Int64Array, Any, int]:
     """Merge accepted pairs into the state's kNN matrices in place (module doc, step 4).
 
-    Returns the rows that received at least one object not already in their result
-    (ascending), whether each one's result changed (an object accepted against an older state
-    may fall beyond the k-th), and the number of distinct ``(row, object)`` pairs.
+    Pairs whose object is not inside the row's ball as the state stands (``(d², id)`` not
+    before its k-th) are dropped first: accepted against an older state (the later timestamps
+    of a probe group), they can neither enter the result nor count. Returns the rows that
+    received at least one object inside their ball and not already in their result
+    (ascending), whether each one's result changed, and the number of distinct ``(row,
+    object)`` pairs inside the balls (``pairs_accepted``, :mod:`dkmsks.core.update`).
     """
     if rows.shape[0] == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_), 0

@@ -21,7 +21,9 @@ Work counters (docs/design.md §3 fact 4) are deterministic:
   with an object is produced ``j`` times, as by the inverted files of the paper);
 - ``pairs_accepted``: distinct pairs whose object lies in the subscription's ball at the start
   of the batch — for a single-timestamp batch this is the *minimum possible work*, the same for
-  every index;
+  every index; :func:`process_stepwise` counts each timestamp's pairs inside the balls as they
+  stand after the timestamps before it, so its counts are those of one timestamp at a time,
+  whatever the number of timestamps probed together;
 - ``subs_updated``: subscriptions whose result changed.
 """
 
@@ -266,12 +268,16 @@ def process_stepwise(
         bounds = np.zeros(ts.shape[0] + 1, dtype=np.int64)
     for i, t in enumerate(ts.tolist()):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        step = UpdateStats(objects=int(n_per_t[i]), pairs_tested=int(tested[i]), pairs_accepted=hi - lo)
-        if hi > lo:
-            r = rows[lo:hi]
+        # Accepted against the state before the batch; what counts (and can land) is inside
+        # the ball as it stands after the timestamps before this one.
+        kd2, kid = state.kth(rows[lo:hi])
+        inside = lo + np.flatnonzero((kid < 0) | (d2[lo:hi] < kd2) | ((d2[lo:hi] == kd2) & (oid[lo:hi] < kid)))
+        step = UpdateStats(objects=int(n_per_t[i]), pairs_tested=int(tested[i]), pairs_accepted=int(inside.shape[0]))
+        if inside.shape[0]:
+            r = rows[inside]
             cand = np.unique(r)
             before = state.ids[cand].copy(), state.d2[cand].copy()
-            merge_results(state, r, oid[lo:hi], d2[lo:hi])
+            merge_results(state, r, oid[inside], d2[inside])
             step.updated_rows = _changed(*before, state, cand)
             step.subs_updated = int(step.updated_rows.shape[0])
         yield StepStats(int(t), step, float(tested[i]) / total)
