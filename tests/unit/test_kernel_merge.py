@@ -98,3 +98,20 @@ def test_the_compiled_merge_equals_the_reference_merge(seed: int) -> None:
     assert np.array_equal(touched, np.unique(r[inside & new]))
     assert np.array_equal(changed, (before[touched] != state.ids[touched]).any(axis=1))
     assert distinct == int(inside.sum())
+
+
+def test_the_exact_test_is_the_order_by_distance_then_id_in_both_kernels() -> None:
+    """``enters`` (the exact test every path shares) against Python's tuple order: an object
+    enters a full result when ``(d², id)`` comes before the k-th's, and any result that is not
+    full (k-th id ``-1``); on arrays (numpy) and on scalars (the compiled form the kernels call)."""
+    from dkmsks.core.knn_state import enters
+
+    values = [0.0, 1.0, 2.0, np.inf]
+    cases = [(d2, oid, kd2, kid) for d2 in values[:3] for oid in (3, 5, 7) for kd2 in values for kid in (-1, 5)
+             if not (kid < 0 and kd2 != np.inf)]
+    expected = np.array([kid < 0 or (d2, oid) < (kd2, kid) for d2, oid, kd2, kid in cases])
+    assert expected.any() and not expected.all()
+    columns = [np.array(c) for c in zip(*cases, strict=True)]
+    assert np.array_equal(enters(*columns), expected)
+    compiled = [bool(kernel._enters(*c)) for c in cases]  # noqa: SLF001 - the kernels' own form
+    assert compiled == expected.tolist()

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from dkmsks.core.knn_state import enters
 from dkmsks.core.model import Float64Array, Int64Array
 
 __all__ = ["KERNELS", "Probe", "SortedProbe", "grid_entries", "grid_probe", "kernel_name", "lookup_accept",
@@ -53,6 +54,10 @@ except ImportError:  # pragma: no cover - exercised only on a machine without nu
     def _jit(fn: Any) -> Any:
         return fn
 
+
+#: The exact test (:func:`~dkmsks.core.knn_state.enters`) compiled from the reference's own
+#: function, so the tie-break is written once; numba inlines it into the loops below.
+_enters = _jit(enters)
 
 _prefetch: Any
 if HAVE_NUMBA:
@@ -388,7 +393,7 @@ def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, de
                 kk = s_k[row] - 1
                 kid = s_ids[row, kk]
                 kd2 = s_d2[row, kk]
-                if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+                if _enters(d2, oid, kd2, kid):
                     if n == a_row.shape[0]:
                         a_row = _grow(a_row, n + 1)
                         a_oid = _grow(a_oid, n + 1)
@@ -432,7 +437,7 @@ def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, 
             kid = s_ids[row, kk]
             kd2 = s_d2[row, kk]
             oid = o_ids[obj]
-            if kid < 0 or d2 < kd2 or (d2 == kd2 and oid < kid):
+            if _enters(d2, oid, kd2, kid):
                 if n == a_row.shape[0]:
                     a_row = _grow(a_row, n + 1)
                     a_oid = _grow(a_oid, n + 1)
@@ -674,7 +679,7 @@ def _merge_accepted(s_ids, s_d2, s_k, all_rows, all_oid, all_d2):  # noqa: ANN00
         kk = s_k[row] - 1
         kid = s_ids[row, kk]
         kd2 = s_d2[row, kk]
-        if kid < 0 or all_d2[i] < kd2 or (all_d2[i] == kd2 and all_oid[i] < kid):
+        if _enters(all_d2[i], all_oid[i], kd2, kid):
             inside[n] = i
             n += 1
     rows, oid, d2 = all_rows[inside[:n]], all_oid[inside[:n]], all_d2[inside[:n]]

@@ -22,6 +22,7 @@ Paper §3 (initial phase, kNN matrices of the initial subscriptions); docs/desig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +57,15 @@ def _find(ids: Int64Array, rows: npt.NDArray[np.int32], q: Int64Array) -> Int64A
         return np.full(q.shape[0], -1, dtype=np.int64)
     pos = np.minimum(np.searchsorted(ids, q), ids.shape[0] - 1)
     return np.where(ids[pos] == q, rows[pos].astype(np.int64), -1)
+
+
+def enters(d2: Any, oid: Any, kd2: Any, kid: Any) -> Any:
+    """Whether an object at ``d2`` with id ``oid`` enters a result whose k-th is ``(kd2, kid)``
+    (:meth:`KnnState.kth`): the result is not full (``kid < 0``), or the object comes before its
+    k-th in the order ``(d², id)`` (docs/design.md §1, the tie-break). The exact test of every
+    path: element-wise on arrays (the numpy reference), on scalars inside the compiled kernels
+    (:mod:`dkmsks.core.kernel` compiles this very function)."""
+    return (kid < 0) | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
 
 
 @dataclass(frozen=True)

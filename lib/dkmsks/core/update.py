@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.kernel import Probe, SortedProbe, kernel_name, merge_accepted
-from dkmsks.core.knn_state import NEVER, KnnState, StateArrays
+from dkmsks.core.knn_state import NEVER, KnnState, StateArrays, enters
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Rect, Results, Subscriptions
 from dkmsks.core.postings import DEFAULT_BUDGET
 from dkmsks.core.worker_index import DEFAULT_GRID, WorkerIndex, make_index
@@ -84,7 +84,7 @@ def _accept(
     d2 = dx * dx + dy * dy
     oid = objects.ids[obj]
     kd2, kid = state.kth(rows)
-    ok = (kid < 0) | (d2 < kd2) | ((d2 == kd2) & (oid < kid))
+    ok = enters(d2, oid, kd2, kid)
     return rows[ok], oid[ok], d2[ok], ot[ok]
 
 
@@ -271,7 +271,7 @@ def process_stepwise(
         # Accepted against the state before the batch; what counts (and can land) is inside
         # the ball as it stands after the timestamps before this one.
         kd2, kid = state.kth(rows[lo:hi])
-        inside = lo + np.flatnonzero((kid < 0) | (d2[lo:hi] < kd2) | ((d2[lo:hi] == kd2) & (oid[lo:hi] < kid)))
+        inside = lo + np.flatnonzero(enters(d2[lo:hi], oid[lo:hi], kd2, kid))
         step = UpdateStats(objects=int(n_per_t[i]), pairs_tested=int(tested[i]), pairs_accepted=int(inside.shape[0]))
         if inside.shape[0]:
             r = rows[inside]
