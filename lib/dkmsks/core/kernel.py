@@ -337,41 +337,60 @@ FENCE_STRIDE = 32
 # loops slower (measured when both lookups were such loops: 34 -> 39 ms per timestamp, 1M/1M).
 @_jit
 def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001
-                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids):
-    n_obj = o_ids.shape[0]
-    tested = np.zeros(n_obj, dtype=np.int64)
-    cap = 1024
-    a_row = np.empty(cap, dtype=np.int64)
-    a_oid = np.empty(cap, dtype=np.int64)
-    a_d2 = np.empty(cap, dtype=np.float64)
-    a_ot = np.empty(cap, dtype=np.int64)
-    n = 0
+                 s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids):
+    # The arrays grow here, between calls of the loop, as in _test_entries (see its doc).
+    tested = np.zeros(o_ids.shape[0], dtype=np.int64)
+    a_row = np.empty(1024, dtype=np.int64)
+    a_oid = np.empty(1024, dtype=np.int64)
+    a_d2 = np.empty(1024, dtype=np.float64)
+    a_ot = np.empty(1024, dtype=np.int64)
+    q, n, room = 0, 0, 0
+    while True:
+        q, n, room = _warm_fitting(q, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,
+                                   s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested,
+                                   a_row, a_oid, a_d2, a_ot, n)
+        if q == qkeys.shape[0]:
+            return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+        a_row = _grow(a_row, room)
+        a_oid = _grow(a_oid, room)
+        a_d2 = _grow(a_d2, room)
+        a_ot = _grow(a_ot, room)
+
+
+@_jit
+def _warm_fitting(start, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001, ANN202, PLR0913
+                  s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested,
+                  a_row, a_oid, a_d2, a_ot, n):
+    """:func:`_lookup_warm`'s loop over the probe keys from ``start`` on, while each key's
+    entries fit in ``a_*``; returns the first key not looked up (all: ``len(qkeys)``), the new
+    ``n`` and the room that key needs."""
     n_keys = keys.shape[0]
     n_dkeys = dkeys.shape[0]
     bounded = s_r.shape[0] > 0
-    for q in range(qkeys.shape[0]):
+    for q in range(start, qkeys.shape[0]):
         key = qkeys[q]
         # Most probe keys have no posting: the filter drops them before any search.
         if not _filtered(present, key):
             continue
+        # A key's entries are the run of its equal keys, in the main part and in the delta.
+        lo0 = np.searchsorted(keys, key)
+        hi0 = lo0
+        while hi0 < n_keys and keys[hi0] == key:
+            hi0 += 1
+        lo1 = np.searchsorted(dkeys, key)
+        hi1 = lo1
+        while hi1 < n_dkeys and dkeys[hi1] == key:
+            hi1 += 1
+        if n + (hi0 - lo0) + (hi1 - lo1) > a_row.shape[0]:
+            return q, n, n + (hi0 - lo0) + (hi1 - lo1)
         obj = qowner[q]
         ot = o_t[obj]
         ox = o_x[obj]
         oy = o_y[obj]
         oid = o_ids[obj]
         for part in range(2):
-            # The main part, then the delta: a key's entries are the run of its equal keys. (Two
-            # explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
-            if part == 0:
-                lo = np.searchsorted(keys, key)
-                hi = lo
-                while hi < n_keys and keys[hi] == key:
-                    hi += 1
-            else:
-                lo = np.searchsorted(dkeys, key)
-                hi = lo
-                while hi < n_dkeys and dkeys[hi] == key:
-                    hi += 1
+            # (Two explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
+            lo, hi = (lo0, hi0) if part == 0 else (lo1, hi1)
             for e in range(lo, hi):
                 if part == 0:
                     row = prow[e]
@@ -394,17 +413,12 @@ def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, de
                 kid = s_ids[row, kk]
                 kd2 = s_d2[row, kk]
                 if _enters(d2, oid, kd2, kid):
-                    if n == a_row.shape[0]:
-                        a_row = _grow(a_row, n + 1)
-                        a_oid = _grow(a_oid, n + 1)
-                        a_d2 = _grow(a_d2, n + 1)
-                        a_ot = _grow(a_ot, n + 1)
                     a_row[n] = row
                     a_oid[n] = oid
                     a_d2[n] = d2
                     a_ot[n] = ot
                     n += 1
-    return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+    return qkeys.shape[0], n, n
 
 
 @_jit
@@ -412,9 +426,35 @@ def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, 
                   s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n):
     """The exact test of :func:`_lookup`'s held entries against each object that asked for their
     key; accepted pairs are appended to ``a_*`` from position ``n`` (returned grown, with the
-    new ``n``), each live entry met counts in ``tested``."""
+    new ``n``), each live entry met counts in ``tested``.
+
+    The arrays grow here, between calls of :func:`_test_fitting`, never inside its loops: numba
+    counts references to an array variable assigned in a loop at every branch that may assign
+    it, and with the growth inside the test loop each pair that reached the k-th paid eight
+    atomic reference counts, ~60 % of a catch-up round's lookup (docs/benchmarks.md)."""
+    done = 0
+    while True:
+        done, n = _test_fitting(done, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x,
+                                s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
+        if done == n_e:
+            return a_row, a_oid, a_d2, a_ot, n
+        u = e_key[done]
+        room = n + ((uptr[u + 1] - uptr[u]) if csr else 1)
+        a_row = _grow(a_row, room)
+        a_oid = _grow(a_oid, room)
+        a_d2 = _grow(a_d2, room)
+        a_ot = _grow(a_ot, room)
+
+
+@_jit
+def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k,  # noqa: ANN001, ANN202, PLR0913
+                  s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n):
+    """:func:`_test_entries` of the held entries from ``start`` on, while each entry's objects
+    fit in ``a_*`` (room for every one of them accepted); returns the first entry not tested
+    (``n_e`` when all were) and the new ``n``."""
     bounded = s_r.shape[0] > 0
-    for i in range(n_e):
+    room = a_row.shape[0]
+    for i in range(start, n_e):
         row = e_row[i]
         if row < 0:
             row = -row - 1
@@ -422,6 +462,8 @@ def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, 
             continue  # stale: a main entry's epoch is its row's at the last rebuild
         u = e_key[i]
         j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
+        if n + (j1 - j0) > room:
+            return i, n
         for j in range(j0, j1):
             obj = uowner[j]
             ot = o_t[obj]
@@ -438,17 +480,12 @@ def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, 
             kd2 = s_d2[row, kk]
             oid = o_ids[obj]
             if _enters(d2, oid, kd2, kid):
-                if n == a_row.shape[0]:
-                    a_row = _grow(a_row, n + 1)
-                    a_oid = _grow(a_oid, n + 1)
-                    a_d2 = _grow(a_d2, n + 1)
-                    a_ot = _grow(a_ot, n + 1)
                 a_row[n] = row
                 a_oid[n] = oid
                 a_d2[n] = d2
                 a_ot[n] = ot
                 n += 1
-    return a_row, a_oid, a_d2, a_ot, n
+    return n_e, n
 
 
 @_jit
