@@ -862,18 +862,35 @@ def _outside_id(lv: int, cx: int, cy: int, base: int, span: Any) -> Any:
 def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  # noqa: ANN001, PLR0913
                   levels_in, caps_in, top, G, max_cells, offset, outside_base, outside_top,
                   xmin, ymin, cw, ch, mx, my, limit, kw_bits):
+    # The arrays grow here, between calls of the loop, as in _test_entries (see its doc).
+    keys = np.empty(1024, dtype=np.int64)
+    owners = np.empty(1024, dtype=np.int64)
+    outside, i, m = 0, 0, 0
+    while True:
+        outside, i, m, room = _grid_fitting(outside, i, keys, owners, m, rows, sx, sy, x0, y0, x1, y1, r, kw_start,
+                                            kw_len, kw_pool, levels_in, caps_in, top, G, max_cells, offset,
+                                            outside_base, outside_top, xmin, ymin, cw, ch, mx, my, limit, kw_bits)
+        if outside == 2:
+            return keys[:m].copy(), owners[:m].copy()
+        keys = _grow(keys, room)
+        owners = _grow(owners, room)
+
+
+@_jit
+def _grid_fitting(start_outside, start, keys, owners, m, rows, sx, sy, x0, y0, x1, y1, r,  # noqa: ANN001, ANN202, PLR0913
+                  kw_start, kw_len, kw_pool, levels_in, caps_in, top, G, max_cells, offset, outside_base,
+                  outside_top, xmin, ymin, cw, ch, mx, my, limit, kw_bits):
+    """:func:`_grid_entries`' loop from part ``start_outside`` (0 inside, 1 outside) and row
+    ``start`` on, while each row's postings fit in ``keys`` (room for every cell of its box);
+    returns where it stopped (part 2 when done), the new ``m`` and the room that row needs."""
     n = rows.shape[0]
     g = G - 1
     span = np.uint64((1 << kw_bits) - outside_base)
     outside_levels = np.arange(outside_top, dtype=np.int64)
     outside_caps = np.full(outside_top, max_cells, dtype=np.int64)
-    cap = 1024
-    keys = np.empty(cap, dtype=np.int64)
-    owners = np.empty(cap, dtype=np.int64)
-    m = 0
     # Inside parts of every row first, then the outside parts (the numpy reference's order).
-    for outside in range(2):
-        for i in range(n):
+    for outside in range(start_outside, 2):
+        for i in range(start if outside == start_outside else 0, n):
             ri = r[i]
             finite = np.isfinite(ri)
             ux0 = _lattice(x0[i], xmin, cw, limit) if finite else 0
@@ -890,6 +907,10 @@ def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  #
                     continue
                 level = _first_level(ux0, ux1, uy0, uy1, outside_levels, outside_caps, outside_top)
                 bx0, bx1, by0, by1 = ux0 >> level, ux1 >> level, uy0 >> level, uy1 >> level
+            row = rows[i]
+            room = m + (bx1 - bx0 + 1) * (by1 - by0 + 1) * kw_len[row]
+            if room > keys.shape[0]:
+                return outside, i, m, room
             is_top = level == top and outside == 0
             for cy in range(by0, by1 + 1):
                 for cx in range(bx0, bx1 + 1):
@@ -910,15 +931,11 @@ def _grid_entries(rows, sx, sy, x0, y0, x1, y1, r, kw_start, kw_len, kw_pool,  #
                         cell = offset[level]
                     else:
                         cell = offset[level] + cy * (((G - 1) >> level) + 1) + cx
-                    row = rows[i]
                     for j in range(kw_len[row]):
-                        if m == keys.shape[0]:
-                            keys = _grow(keys, m + 1)
-                            owners = _grow(owners, m + 1)
                         keys[m] = (cell << kw_bits) | np.int64(kw_pool[kw_start[row] + j])
                         owners[m] = row
                         m += 1
-    return keys[:m].copy(), owners[:m].copy()
+    return 2, 0, m, m
 
 
 def grid_entries(
