@@ -171,6 +171,12 @@ def _grow(a: Any, n: int) -> Any:
     return out
 
 
+@_jit
+def _grow_pairs(a_row: Any, a_oid: Any, a_d2: Any, a_ot: Any, n: int) -> Any:
+    """The four arrays of accepted pairs (row, object id, d², object t), grown together to hold ``n``."""
+    return _grow(a_row, n), _grow(a_oid, n), _grow(a_d2, n), _grow(a_ot, n)
+
+
 @dataclass(frozen=True)
 class SortedProbe:
     """A probe's distinct keys, ascending, and the objects that asked for each (CSR: the
@@ -333,7 +339,7 @@ FENCE_STRIDE = 32
 # A batch's plain probe (millions of keys: a Spark task's catch-up) keeps the worker's index in
 # cache; there the rounds of _lookup only cost (follow's 100-timestamp burst at 1M: workers
 # phase ~5 % slower), so such calls search and test key by key, as before the rounds. Its exact
-# test is written out as in _test_entries on purpose: a jitted call per entry made the per-key
+# test is written out as in _test_fitting on purpose: a jitted call per entry made the per-key
 # loops slower (measured when both lookups were such loops: 34 -> 39 ms per timestamp, 1M/1M).
 @_jit
 def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, dep, epoch,  # noqa: ANN001
@@ -351,10 +357,7 @@ def _lookup_warm(qkeys, qowner, present, keys, prow, prow_epoch, dkeys, drow, de
                                    a_row, a_oid, a_d2, a_ot, n)
         if q == qkeys.shape[0]:
             return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
-        a_row = _grow(a_row, room)
-        a_oid = _grow(a_oid, room)
-        a_d2 = _grow(a_d2, room)
-        a_ot = _grow(a_ot, room)
+        a_row, a_oid, a_d2, a_ot = _grow_pairs(a_row, a_oid, a_d2, a_ot, room)
 
 
 @_jit
@@ -434,16 +437,12 @@ def _test_entries(e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, 
     atomic reference counts, ~60 % of a catch-up round's lookup (docs/benchmarks.md)."""
     done = 0
     while True:
-        done, n = _test_fitting(done, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x,
-                                s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
+        done, n, room = _test_fitting(done, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end,
+                                      s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid,
+                                      a_d2, a_ot, n)
         if done == n_e:
             return a_row, a_oid, a_d2, a_ot, n
-        u = e_key[done]
-        room = n + ((uptr[u + 1] - uptr[u]) if csr else 1)
-        a_row = _grow(a_row, room)
-        a_oid = _grow(a_oid, room)
-        a_d2 = _grow(a_d2, room)
-        a_ot = _grow(a_ot, room)
+        a_row, a_oid, a_d2, a_ot = _grow_pairs(a_row, a_oid, a_d2, a_ot, room)
 
 
 @_jit
@@ -451,7 +450,7 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
                   s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n):
     """:func:`_test_entries` of the held entries from ``start`` on, while each entry's objects
     fit in ``a_*`` (room for every one of them accepted); returns the first entry not tested
-    (``n_e`` when all were) and the new ``n``."""
+    (``n_e`` when all were), the new ``n`` and the room that entry needs."""
     bounded = s_r.shape[0] > 0
     room = a_row.shape[0]
     for i in range(start, n_e):
@@ -463,7 +462,7 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
         u = e_key[i]
         j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
         if n + (j1 - j0) > room:
-            return i, n
+            return i, n, n + (j1 - j0)
         for j in range(j0, j1):
             obj = uowner[j]
             ot = o_t[obj]
@@ -485,7 +484,7 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
                 a_d2[n] = d2
                 a_ot[n] = ot
                 n += 1
-    return n_e, n
+    return n_e, n, n
 
 
 @_jit
