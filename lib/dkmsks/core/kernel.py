@@ -322,8 +322,16 @@ def _gallop(keys: Any, lo: int, key: Any) -> int:
         hi = lo + step
     if hi > n:
         hi = n
-    # keys[lo] < key <= keys[hi] (or hi == n): the answer is in (lo, hi].
-    return lo + 1 + np.searchsorted(keys[lo + 1:hi], key)
+    # keys[lo] < key <= keys[hi] (or hi == n): the answer is in (lo, hi]. Searched by hand: a
+    # slice passed to np.searchsorted is a new array whose references numba counts, two atomic
+    # operations per call (~15 % of a one-timestamp lookup on warm caches, docs/benchmarks.md).
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if keys[mid] < key:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 #: Probe keys looked up per round of :func:`_lookup`: the cache lines a round prefetches
@@ -488,21 +496,26 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
 
 
 @_jit
-def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_epoch,  # noqa: ANN001, C901, PLR0912, PLR0915
+def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_epoch,  # noqa: ANN001, PLR0913
             dkeys, drow, dep, epoch, s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids):
     # The objects of probe key u are uowner[uptr[u]:uptr[u + 1]] (a SortedProbe), or, with an
     # empty uptr, just uowner[u] (a plain probe). ``ascending``: the keys are sorted, so every
     # search can go on from the previous key's position.
+    #
+    # This is the driver: the accepted pairs' arrays are (re)assigned only here, by the tests of
+    # held entries, never inside a loop over keys or entries. Each step is its own function
+    # that only writes into arrays it is given, and no loop over keys or entries calls a jitted
+    # function with array arguments: numba counts the references of an array variable that a
+    # loop may reassign at every branch of that loop (see _test_entries' doc), and those of the
+    # arrays passed to a call at every call. With the tests' flush inside the loop over entries,
+    # as before, a one-timestamp lookup took 1.38x as long on warm caches (docs/benchmarks.md).
     n_obj = o_ids.shape[0]
     tested = np.zeros(n_obj, dtype=np.int64)
     csr = uptr.shape[0] > 0
-    bounded = s_r.shape[0] > 0
     # A few probe keys per filter cache line find the filter cold (one timestamp of one worker
     # among many); a batch's millions of keys keep it warm, and asking ahead only costs there.
     cold_filter = ukeys.shape[0] <= _COLD_KEYS
     n_u = ukeys.shape[0]
-    n_keys = keys.shape[0]
-    n_dkeys = dkeys.shape[0]
     width = s_ids.shape[1]
     flat_ids = s_ids.reshape(-1)
     flat_d2 = s_d2.reshape(-1)
@@ -512,8 +525,13 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
     a_d2 = np.empty(cap, dtype=np.float64)
     a_ot = np.empty(cap, dtype=np.int64)
     n = 0
-    passed = np.empty(min(n_u, _ROUND), dtype=np.int64)
-    block = np.empty(min(n_u, _ROUND), dtype=np.int64)
+    per_round = min(n_u, _ROUND)
+    passed = np.empty(per_round, dtype=np.int64)
+    # Per passing key: its run of entries in the main part [lo0, hi0) and in the delta [lo1, hi1).
+    lo0 = np.empty(per_round, dtype=np.int64)
+    hi0 = np.empty(per_round, dtype=np.int64)
+    lo1 = np.empty(per_round, dtype=np.int64)
+    hi1 = np.empty(per_round, dtype=np.int64)
     # The entries met and not yet tested: the probe key of each and its row (a delta entry's row
     # as -row - 1: its epoch is checked already). Bounded: a key can have thousands of entries
     # (KOP's keyword postings, the top cell's unbounded balls), each asked for by many objects.
@@ -523,86 +541,147 @@ def _lookup(ukeys, uptr, uowner, ascending, present, keys, fences, prow, prow_ep
     dat = 0
     for r0 in range(0, n_u, _ROUND):
         r1 = min(r0 + _ROUND, n_u)
-        # 1. The filter, its bytes asked for a few dozen keys ahead: most keys stop here.
-        n_pass = 0
-        for c0 in range(r0, r1 + _AHEAD, _AHEAD):
-            if cold_filter:
-                for u in range(c0, min(c0 + _AHEAD, r1)):
-                    h = np.uint64(ukeys[u])
-                    _prefetch(present, ((h * FILTER_MUL1) >> _FILTER_SHIFT) >> np.uint64(3))  # both bits' line
-            for u in range(max(c0 - _AHEAD, r0), min(c0, r1)):
-                if _filtered(present, ukeys[u]):
-                    passed[n_pass] = u
-                    n_pass += 1
-        # 2. Each passing key's block of the main postings from the fences (a small array that
-        # stays cached), and the block asked for: the blocks of all keys load at once.
-        for j in range(n_pass):
-            key = ukeys[passed[j]]
-            f = _gallop(fences, f, key) if ascending else np.searchsorted(fences, key)
-            b = (f - 1) * FENCE_STRIDE if f > 0 else 0
-            block[j] = b
-            if b < n_keys:
-                _prefetch(keys, b)
-                _prefetch(keys, min(b + FENCE_STRIDE, n_keys - 1))
-                _prefetch(prow, b)
-        # 3. The entries of each key: the run of its equal keys in the main part (it starts in
-        # (b, b + FENCE_STRIDE]: keys[b] < key <= the next fence, or at 0) and in the sorted delta.
-        n_e = 0
-        for j in range(n_pass):
-            u = passed[j]
-            key = ukeys[u]
-            lo = block[j]
-            end = min(lo + FENCE_STRIDE, n_keys)
-            while lo < end and keys[lo] < key:
-                lo += 1
-            for part in range(2):
-                if part == 0:
-                    hi = lo
-                    while hi < n_keys and keys[hi] == key:
-                        hi += 1
-                else:
-                    if ascending:
-                        dat = _gallop(dkeys, dat, key)
-                        lo = dat
-                    else:
-                        lo = np.searchsorted(dkeys, key)
-                    hi = lo
-                    while hi < n_dkeys and dkeys[hi] == key:
-                        hi += 1
-                for e in range(lo, hi):
-                    if part == 0:
-                        row = np.int64(prow[e])
-                        _prefetch(prow_epoch, row)
-                        _prefetch(epoch, row)
-                        code = row
-                    else:
-                        row = np.int64(drow[e])
-                        if dep[e] != epoch[row]:
-                            continue
-                        code = -row - 1
-                    if n_e == _HELD:
-                        a_row, a_oid, a_d2, a_ot, n = _test_entries(
-                            e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k,
-                            s_ids, s_d2, s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
-                        n_e = 0
-                    e_key[n_e] = u
-                    e_row[n_e] = code
-                    n_e += 1
-                    _prefetch(s_x, row)
-                    _prefetch(s_y, row)
-                    if bounded:
-                        _prefetch(s_r, row)  # most entries end at the bound: their result is not read
-                    else:
-                        _prefetch(s_t, row)
-                        _prefetch(s_end, row)
-                        _prefetch(s_k, row)
-                        _prefetch(flat_ids, row * width + width - 1)
-                        _prefetch(flat_d2, row * width + width - 1)
-        # 4. The exact tests of the entries still held.
-        a_row, a_oid, a_d2, a_ot, n = _test_entries(
-            e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k, s_ids, s_d2, s_r,
-            o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
+        n_pass = _filter_round(r0, r1, ukeys, present, cold_filter, passed)
+        f = _main_runs(n_pass, passed, ukeys, keys, fences, prow, ascending, f, lo0, hi0)
+        dat = _delta_runs(n_pass, passed, ukeys, dkeys, ascending, dat, lo1, hi1)
+        j, at = 0, 0
+        while True:
+            j, at, n_e = _hold_entries(j, at, n_pass, passed, lo0, hi0, lo1, hi1, prow, prow_epoch, drow, dep, epoch,
+                                       e_key, e_row)
+            _prefetch_held(n_e, e_row, s_t, s_end, s_x, s_y, s_k, s_r, flat_ids, flat_d2, width)
+            a_row, a_oid, a_d2, a_ot, n = _test_entries(
+                e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch, s_t, s_end, s_x, s_y, s_k, s_ids, s_d2,
+                s_r, o_t, o_x, o_y, o_ids, tested, a_row, a_oid, a_d2, a_ot, n)
+            if j == n_pass:
+                break
     return a_row[:n].copy(), a_oid[:n].copy(), a_d2[:n].copy(), a_ot[:n].copy(), tested
+
+
+@_jit
+def _filter_round(r0, r1, ukeys, present, cold_filter, passed):  # noqa: ANN001, ANN202
+    """Step 1 of a :func:`_lookup` round: the probe keys ``r0..r1`` that pass the filter, into
+    ``passed``; their filter bytes asked for a few dozen keys ahead. Most keys stop here."""
+    n_pass = 0
+    for c0 in range(r0, r1 + _AHEAD, _AHEAD):
+        if cold_filter:
+            for u in range(c0, min(c0 + _AHEAD, r1)):
+                h = np.uint64(ukeys[u])
+                _prefetch(present, ((h * FILTER_MUL1) >> _FILTER_SHIFT) >> np.uint64(3))  # both bits' line
+        for u in range(max(c0 - _AHEAD, r0), min(c0, r1)):
+            if _filtered(present, ukeys[u]):
+                passed[n_pass] = u
+                n_pass += 1
+    return n_pass
+
+
+@_jit
+def _main_runs(n_pass, passed, ukeys, keys, fences, prow, ascending, f, lo0, hi0):  # noqa: ANN001, ANN202
+    """Step 2 of a :func:`_lookup` round: each passing key's run of entries in the main postings.
+
+    Its block is found in the fences (a small array that stays cached) and asked for, the blocks
+    of all keys first, so that they load at once; then the run is read: it starts in
+    ``(b, b + FENCE_STRIDE]`` (``keys[b] < key <=`` the next fence, or at 0). Returns the fence
+    cursor (``ascending``: the next key's search goes on from it)."""
+    n_keys = keys.shape[0]
+    for j in range(n_pass):
+        key = ukeys[passed[j]]
+        f = _gallop(fences, f, key) if ascending else np.searchsorted(fences, key)
+        b = (f - 1) * FENCE_STRIDE if f > 0 else 0
+        lo0[j] = b
+        if b < n_keys:
+            _prefetch(keys, b)
+            _prefetch(keys, min(b + FENCE_STRIDE, n_keys - 1))
+            _prefetch(prow, b)
+    for j in range(n_pass):
+        key = ukeys[passed[j]]
+        lo = lo0[j]
+        end = min(lo + FENCE_STRIDE, n_keys)
+        while lo < end and keys[lo] < key:
+            lo += 1
+        hi = lo
+        while hi < n_keys and keys[hi] == key:
+            hi += 1
+        lo0[j] = lo
+        hi0[j] = hi
+    return f
+
+
+@_jit
+def _delta_runs(n_pass, passed, ukeys, dkeys, ascending, dat, lo1, hi1):  # noqa: ANN001, ANN202
+    """Each passing key's run of entries in the sorted delta; returns the forward cursor."""
+    n_dkeys = dkeys.shape[0]
+    for j in range(n_pass):
+        key = ukeys[passed[j]]
+        if ascending:
+            dat = _gallop(dkeys, dat, key)
+            lo = dat
+        else:
+            lo = np.searchsorted(dkeys, key)
+        hi = lo
+        while hi < n_dkeys and dkeys[hi] == key:
+            hi += 1
+        lo1[j] = lo
+        hi1[j] = hi
+    return dat
+
+
+@_jit
+def _hold_entries(j, at, n_pass, passed, lo0, hi0, lo1, hi1, prow, prow_epoch, drow, dep, epoch,  # noqa: ANN001, ANN202, PLR0913
+                  e_key, e_row):
+    """Step 3 of a :func:`_lookup` round: hold the entries of the passing keys from key ``j``,
+    its ``at``-th entry (main run, then delta run) on, until ``e_key``/``e_row`` are full (a
+    main entry's epochs asked for: its test compares them). Returns where it stopped
+    (``j == n_pass``: the round's entries are all held) and how many it holds."""
+    n_e = 0
+    held = e_key.shape[0]
+    while j < n_pass:
+        u = passed[j]
+        n_main = hi0[j] - lo0[j]
+        # (Two explicit loops: choosing the arrays by part inside one loop ran ~40 % slower.)
+        for e in range(lo0[j] + at, hi0[j]):
+            if n_e == held:
+                return j, e - lo0[j], n_e
+            row = np.int64(prow[e])
+            _prefetch(prow_epoch, row)
+            _prefetch(epoch, row)
+            e_key[n_e] = u
+            e_row[n_e] = row
+            n_e += 1
+        for e in range(lo1[j] + max(at - n_main, 0), hi1[j]):
+            row = np.int64(drow[e])
+            if dep[e] != epoch[row]:
+                continue
+            if n_e == held:
+                return j, n_main + e - lo1[j], n_e
+            e_key[n_e] = u
+            e_row[n_e] = -row - 1
+            n_e += 1
+        j += 1
+        at = 0
+    return j, 0, n_e
+
+
+@_jit
+def _prefetch_held(n_e, e_row, s_t, s_end, s_x, s_y, s_k, s_r, flat_ids, flat_d2, width):  # noqa: ANN001, ANN202
+    """Ask for the state lines the exact tests of the held entries will read.
+
+    Written out here, not called per entry: a jitted call with array arguments inside a loop
+    cost two atomic reference counts per array per call (docs/benchmarks.md)."""
+    bounded = s_r.shape[0] > 0
+    for i in range(n_e):
+        row = e_row[i]
+        if row < 0:
+            row = -row - 1
+        _prefetch(s_x, row)
+        _prefetch(s_y, row)
+        if bounded:
+            _prefetch(s_r, row)  # most entries end at the bound: their result is not read
+        else:
+            _prefetch(s_t, row)
+            _prefetch(s_end, row)
+            _prefetch(s_k, row)
+            _prefetch(flat_ids, row * width + width - 1)
+            _prefetch(flat_d2, row * width + width - 1)
 
 
 def lookup_accept(
