@@ -798,9 +798,11 @@ def _merge_accepted(s_ids, s_d2, s_k, all_rows, all_oid, all_d2):  # noqa: ANN00
             inside[n] = i
             n += 1
     rows, oid, d2 = all_rows[inside[:n]], all_oid[inside[:n]], all_d2[inside[:n]]
-    # Any order of a row's pairs will do (each row's group is sorted by (d², id) below):
-    # numba's quicksort took ~20 % less of this kernel than its mergesort (docs/benchmarks.md).
-    order = np.argsort(rows, kind="quicksort")
+    # Any order of a row's pairs will do (each row's group is sorted by (d², id) below). The
+    # probe's radix sort, not numba's quicksort: its partitions are calls taking the arrays, two
+    # atomic reference counts each (the radix sort took ~15 % less of this kernel on one-timestamp
+    # merges at 1M/1M; the quicksort had taken ~20 % less than the mergesort; docs/benchmarks.md).
+    order = _radix_order(rows)
     K = s_ids.shape[1]
     new_ids = np.empty(K, dtype=np.int64)
     new_d2 = np.empty(K, dtype=np.float64)
