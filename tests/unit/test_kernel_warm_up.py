@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 ENTRY_KERNELS = ("_lookup", "_lookup_warm", "_merge_accepted", "_grid_entries", "_grid_probe", "_sorted_form",
                  "_filter_set", "_merge_sorted_into")
 INNER_KERNELS = ("_test_entries", "_test_fitting", "_warm_fitting", "_grid_fitting", "_filter_round", "_main_runs",
-                 "_delta_runs", "_hold_entries", "_prefetch_held", "_enters", "_filtered", "_gallop",
+                 "_delta_runs", "_run_ends", "_hold_entries", "_prefetch_held", "_enters", "_filtered", "_gallop",
                  "_grow", "_grow_pairs", "_lattice", "_outside_id", "_first_level", "_radix_order")
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),

@@ -598,31 +598,35 @@ def _main_runs(n_pass, passed, ukeys, keys, fences, prow, ascending, f, lo0, hi0
         end = min(lo + FENCE_STRIDE, n_keys)
         while lo < end and keys[lo] < key:
             lo += 1
-        hi = lo
-        while hi < n_keys and keys[hi] == key:
-            hi += 1
         lo0[j] = lo
-        hi0[j] = hi
+    _run_ends(n_pass, passed, ukeys, keys, lo0, hi0)
     return f
 
 
 @_jit
 def _delta_runs(n_pass, passed, ukeys, dkeys, ascending, dat, lo1, hi1):  # noqa: ANN001, ANN202
     """Each passing key's run of entries in the sorted delta; returns the forward cursor."""
-    n_dkeys = dkeys.shape[0]
     for j in range(n_pass):
         key = ukeys[passed[j]]
         if ascending:
             dat = _gallop(dkeys, dat, key)
-            lo = dat
+            lo1[j] = dat
         else:
-            lo = np.searchsorted(dkeys, key)
-        hi = lo
-        while hi < n_dkeys and dkeys[hi] == key:
-            hi += 1
-        lo1[j] = lo
-        hi1[j] = hi
+            lo1[j] = np.searchsorted(dkeys, key)
+    _run_ends(n_pass, passed, ukeys, dkeys, lo1, hi1)
     return dat
+
+
+@_jit
+def _run_ends(n_pass, passed, ukeys, keys, lo, hi):  # noqa: ANN001, ANN202
+    """The end ``hi[j]`` of each passing key's run of equal ``keys`` from ``lo[j]`` on (its first)."""
+    n_keys = keys.shape[0]
+    for j in range(n_pass):
+        key = ukeys[passed[j]]
+        end = lo[j]
+        while end < n_keys and keys[end] == key:
+            end += 1
+        hi[j] = end
 
 
 @_jit
