@@ -68,7 +68,7 @@ RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps -
  && .venv/bin/python -m compileall -q lib dags spark_apps
 
 COPY docker/spark-conf/ /etc/dkmsks/spark-conf/
-# numba's compiled worker kernels (lib/dkmsks/core/kernel.py): cached where the runtime user
+# numba's compiled worker kernels (lib/dkmsks/core/kernel/): cached where the runtime user
 # can write (lib/ is root's), and compiled once here so no container pays the ~10 s at its
 # first timestamp (on a machine with another CPU they compile once per container instead).
 ENV SPARK_WORKER_DIR=/var/lib/dkmsks/spark-work \

@@ -1,4 +1,4 @@
-"""The compiled kernels (core/kernel.py) against the numpy reference path and the oracle.
+"""The compiled kernels (core/kernel/) against the numpy reference path and the oracle.
 
 Both kernels must give byte-identical results *and* the same work counters on every method,
 with subscription insertions and deletions, per timestamp and in multi-timestamp batches;
@@ -124,9 +124,9 @@ def test_stepwise_batches_through_the_batch_sized_lookup_identical(method: str, 
     """The lookup that a batch of more than ``_COLD_KEYS`` probe keys takes (a Spark task
     catching up; key by key, the grid's radius bound first) against the numpy path and the
     oracle: the threshold lowered so that this small case's batch takes it."""
-    from dkmsks.core import kernel
+    from dkmsks.core.kernel import lookup
 
-    monkeypatch.setattr(kernel, "_COLD_KEYS", 8)
+    monkeypatch.setattr(lookup, "_COLD_KEYS", 8)
     test_stepwise_batches_identical(method)
 
 

@@ -1,4 +1,4 @@
-"""The compiled lookup (kernel._lookup through lookup_accept / lookup_accept_sorted) against a
+"""The compiled lookup (kernel.lookup._lookup through lookup_accept / lookup_accept_sorted) against a
 plain Python walk of the same postings, on postings built to hit its edges: runs of one key
 longer than a fence block and crossing block boundaries, keys before the first and after the
 last fence, stale main and delta entries, an empty main part, probes longer than one round

@@ -5,22 +5,28 @@ lookup was missing from it)."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-from dkmsks.core import kernel
-
 pytestmark = pytest.mark.unit
 
-#: The jitted functions of core/kernel.py that Python calls (the others are called only from
-#: these, compiled into them; loaded from numba's cache, their own dispatchers stay empty).
-ENTRY_KERNELS = ("_lookup", "_lookup_warm", "_merge_accepted", "_grid_entries", "_grid_probe", "_sorted_form",
-                 "_filter_set", "_merge_sorted_into")
-INNER_KERNELS = ("_test_entries", "_test_fitting", "_warm_fitting", "_grid_fitting", "_filter_round", "_main_runs",
-                 "_delta_runs", "_run_ends", "_hold_entries", "_prefetch_held", "_enters", "_filtered", "_gallop",
-                 "_grow", "_grow_pairs", "_lattice", "_outside_id", "_first_level", "_radix_order")
+#: The jitted functions of the core/kernel package that Python calls, by module (the others are
+#: called only from these, compiled into them; loaded from numba's cache, their own dispatchers
+#: stay empty).
+ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_merge_accepted"),
+                 ("grid", "_grid_entries"), ("grid", "_grid_probe"), ("probe", "_sorted_form"),
+                 ("key_filter", "_filter_set"), ("merge", "_merge_sorted_into"))
+INNER_KERNELS = (("lookup", "_test_entries"), ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
+                 ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
+                 ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),
+                 ("lookup", "_prefetch_held"), ("jit", "_enters"), ("key_filter", "_filtered"), ("lookup", "_gallop"),
+                 ("jit", "_grow"), ("lookup", "_grow_pairs"), ("grid", "_lattice"), ("grid", "_outside_id"),
+                 ("grid", "_first_level"), ("probe", "_radix_order"))
+#: The package's modules, each holding some of the kernels above.
+KERNEL_MODULES = ("jit", "key_filter", "probe", "lookup", "merge", "grid", "warm")
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
                   ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))
@@ -29,16 +35,28 @@ SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats
 def test_every_worker_kernel_is_jitted() -> None:
     import numba.core.dispatcher
 
-    jitted = {name for name, value in vars(kernel).items() if isinstance(value, numba.core.dispatcher.Dispatcher)}
-    assert jitted == set(ENTRY_KERNELS) | set(INNER_KERNELS), jitted
+    # Each jitted function under every (module, name) it has: a kernel imported into another
+    # module of the package is one function, listed once.
+    names_of: dict[int, set[tuple[str, str]]] = {}
+    for module in KERNEL_MODULES:
+        for name, value in vars(importlib.import_module(f"dkmsks.core.kernel.{module}")).items():
+            if isinstance(value, numba.core.dispatcher.Dispatcher):
+                names_of.setdefault(id(value), set()).add((module, name))
+    listed = set(ENTRY_KERNELS) | set(INNER_KERNELS)
+    unlisted = [sorted(names) for names in names_of.values() if not names & listed]
+    assert not unlisted, unlisted
+    assert listed <= set().union(*names_of.values()), listed - set().union(*names_of.values())
+    assert len(names_of) == len(listed)  # no function listed under two names
 
 
 def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
     # A fresh interpreter: the dispatchers of this one may have been compiled by other tests.
     script = (
+        "import importlib\n"
         "from dkmsks.core import kernel\n"
         "kernel.warm_up()\n"
-        f"missing = [n for n in {ENTRY_KERNELS!r} if not getattr(kernel, n).signatures]\n"
+        f"missing = [f'{{m}}.{{n}}' for m, n in {ENTRY_KERNELS!r}\n"
+        "           if not getattr(importlib.import_module(f'dkmsks.core.kernel.{m}'), n).signatures]\n"
         "from dkmsks.core import stats_kernel\n"
         "from dkmsks.core.partition import new_book\n"
         f"missing += [f'{{m}}.{{n}}' for m, n in {SERVER_KERNELS!r} if not getattr(globals()[m], n).signatures]\n"

@@ -435,7 +435,7 @@ def test_key_filter_blocked_compiled_and_numpy_agree_and_never_drop_a_key() -> N
     the numpy test give the same answer, and absent keys mostly fail."""
     import pickle
 
-    from dkmsks.core.kernel import FILTER_BLOCK_BITS, _filtered
+    from dkmsks.core.kernel.key_filter import FILTER_BLOCK_BITS, _filtered
     from dkmsks.core.postings import _filter_slots, _filter_test
 
     rng = np.random.default_rng(8)

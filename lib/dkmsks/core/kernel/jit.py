@@ -1,0 +1,89 @@
+"""What the compiled kernels are made with: numba's decorator (a no-op without numba), the
+cache-line prefetch they use to overlap memory waits, the exact test compiled from the
+reference's own function, and the choice of kernel (``numba`` or ``numpy``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dkmsks.core.knn_state import enters
+
+__all__ = ["HAVE_NUMBA", "KERNELS", "kernel_name"]
+
+#: The kernel names :func:`kernel_name` accepts.
+KERNELS = ("numba", "numpy")
+
+try:  # numba is pinned in requirements.lock; the numpy path remains the reference without it
+    import numba
+
+    _jit: Any = numba.njit(cache=True, nogil=True)
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only on a machine without numba
+    HAVE_NUMBA = False
+
+    def _jit(fn: Any) -> Any:
+        return fn
+
+
+#: The exact test (:func:`~dkmsks.core.knn_state.enters`) compiled from the reference's own
+#: function, so the tie-break is written once; numba inlines it into the loops below.
+_enters = _jit(enters)
+
+_prefetch: Any
+if HAVE_NUMBA:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    def _prefetch_typed(typingctx: Any, array: Any, index: Any) -> Any:  # noqa: ARG001 - numba's signature
+        """Ask for the cache line of ``array[index]`` (LLVM's prefetch: read, keep in every level).
+
+        Nothing is loaded into a register and no fault is raised, so the index need not be in
+        bounds; the kernel's loop then finds the line in cache instead of waiting for memory.
+        On a machine where 20 workers' indexes do not fit in cache, that wait is most of a
+        lookup (docs/benchmarks.md, "The lookup kernel's memory waits")."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        sig = types.void(array, index)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            array_type, index_type = signature.args
+            view = context.make_array(array_type)(context, builder, args[0])
+            at = context.cast(builder, args[1], index_type, types.intp)
+            byte = ir.IntType(8).as_pointer()
+            # No bounds check: an address past the end is only a hint (see above).
+            address = builder.bitcast(cgutils.get_item_pointer(context, builder, array_type, view, [at]), byte)
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+                                                "llvm.prefetch.p0")
+            builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _prefetch = intrinsic(_prefetch_typed)
+else:  # pragma: no cover - the numpy path never calls the kernels
+
+    def _no_prefetch(array: Any, index: Any) -> None:  # noqa: ARG001
+        return None
+
+    _prefetch = _no_prefetch
+
+
+def kernel_name(requested: str | None = None) -> str:
+    """The kernel to use: ``requested``, else ``numba`` when it imports, else ``numpy``."""
+    name = (requested or ("numba" if HAVE_NUMBA else "numpy")).lower()
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}")
+    if name == "numba" and not HAVE_NUMBA:
+        raise ValueError("kernel 'numba' asked for, but numba cannot be imported; use kernel='numpy'")
+    return name
+
+
+@_jit
+def _grow(a: Any, n: int) -> Any:
+    out = np.empty(max(2 * a.shape[0], n, 64), dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out

@@ -1,0 +1,63 @@
+"""Compiling every kernel once, before a process's first timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dkmsks.core.kernel.jit import kernel_name
+from dkmsks.core.kernel.key_filter import filter_set
+from dkmsks.core.kernel.lookup import _COLD_KEYS, lookup_accept
+from dkmsks.core.kernel.merge import merge_sorted_into
+from dkmsks.core.kernel.probe import SortedProbe
+
+__all__ = ["warm_up"]
+
+def warm_up(requested: str | None = None) -> None:
+    """Compile (or load from numba's cache) every kernel by running a tiny worker through one
+    insertion, one re-index and one update, and a tiny main server's count: a process's first
+    timestamp then pays no compile time (a cold compile takes ~10 s; the image build runs this
+    once, docs/deployment.md).
+    Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
+    if kernel_name(requested) != "numba":
+        return
+    from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions
+    from dkmsks.core.update import Worker
+
+    kws = KeywordSets.from_lists([[0], [0, 1]])
+    worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), kernel="numba")
+    worker.add(Subscriptions(np.array([1, 2]), np.array([0.2, 0.8]), np.array([0.2, 0.8]), kws,
+                             np.array([1, 1], dtype=np.int32), np.zeros(2, dtype=np.int64)))
+    objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
+    worker.process(objects)
+    worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
+    filter_set(np.zeros(64, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    one32 = np.zeros(1, dtype=np.int32)
+    merge_sorted_into(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32), 1,
+                      np.ones(1, dtype=np.int64), one32, one32)
+    # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
+    many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
+    index: Any = worker.index  # a GridIndex: its postings and epochs
+    lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
+    list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
+                                         KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
+    # The main server's compiled paths: small batches of Eq. 4 counts and their per-row sums,
+    # Eq. 1 sums, the id search (dkmsks.core.stats_kernel), the refresh's pick and boxes
+    # (dkmsks.core.partition.new_book).
+    from dkmsks.core import stats_kernel
+    from dkmsks.core.partition import new_book
+    from dkmsks.core.stats import ObjectStatistics
+
+    unit = np.array([0.0]), np.array([1.0])
+    stats = ObjectStatistics.build(objects, 2, workers=1)
+    stats.count_keyword_in_rects([0], unit[0], unit[0], unit[1], unit[1])
+    rows = np.array([1])
+    stats.keyword_sums_in_rects(kws, rows, unit[0], unit[0], unit[1], unit[1])
+    stats.keyword_sums(kws, rows)
+    ids = np.array([3, 5], dtype=np.int64)
+    stats_kernel.bounds_in_buckets(ids, stats_kernel.axis_table(ids), ids)
+    book = new_book.NewSubscriptionBook()
+    book.add(ids, np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros(2), np.zeros(2), kws)
+    new_book.pick_recosts(book, ids, np.ones(2), 0.5)
+    new_book.ball_boxes_compiled(np.zeros(2), np.zeros(2), np.ones(2), Rect(0.0, 0.0, 1.0, 1.0))
