@@ -148,7 +148,7 @@ def _warm_fitting(start, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, 
                 dy = oy - s_y[row]
                 d2 = dx * dx + dy * dy
                 if bounded and d2 > s_r[row] * s_r[row]:
-                    continue  # beyond the radius it was posted with: beyond the ball (module doc)
+                    continue  # beyond the radius it was posted with: beyond the ball (lookup_accept, ``bound``)
                 if not (s_t[row] <= ot and ot < s_end[row]):
                     continue
                 kk = s_k[row] - 1
@@ -210,7 +210,7 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
             dy = o_y[obj] - s_y[row]
             d2 = dx * dx + dy * dy
             if bounded and d2 > s_r[row] * s_r[row]:
-                continue  # beyond the radius it was posted with: beyond the ball (module doc)
+                continue  # beyond the radius it was posted with: beyond the ball (lookup_accept, ``bound``)
             if not (s_t[row] <= ot and ot < s_end[row]):
                 continue
             kk = s_k[row] - 1
