@@ -104,7 +104,7 @@ def test_the_exact_test_is_the_order_by_distance_then_id_in_both_kernels() -> No
     """``enters`` (the exact test every path shares) against Python's tuple order: an object
     enters a full result when ``(d², id)`` comes before the k-th's, and any result that is not
     full (k-th id ``-1``); on arrays (numpy) and on scalars (the compiled form the kernels call)."""
-    from dkmsks.core.kernel import jit
+    from dkmsks.core.kernel import common
     from dkmsks.core.knn_state import enters
 
     values = [0.0, 1.0, 2.0, np.inf]
@@ -114,5 +114,5 @@ def test_the_exact_test_is_the_order_by_distance_then_id_in_both_kernels() -> No
     assert expected.any() and not expected.all()
     columns = [np.array(c) for c in zip(*cases, strict=True)]
     assert np.array_equal(enters(*columns), expected)
-    compiled = [bool(jit._enters(*c)) for c in cases]  # noqa: SLF001 - the kernels' own form
+    compiled = [bool(common._enters(*c)) for c in cases]  # noqa: SLF001 - the kernels' own form
     assert compiled == expected.tolist()

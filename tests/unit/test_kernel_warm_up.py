@@ -22,11 +22,11 @@ ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_
 INNER_KERNELS = (("lookup", "_test_entries"), ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
                  ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
                  ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),
-                 ("lookup", "_prefetch_held"), ("jit", "_enters"), ("key_filter", "_filtered"), ("lookup", "_gallop"),
-                 ("jit", "_grow"), ("lookup", "_grow_pairs"), ("grid", "_lattice"), ("grid", "_outside_id"),
-                 ("grid", "_first_level"), ("probe", "_radix_order"))
+                 ("lookup", "_prefetch_held"), ("common", "_enters"), ("key_filter", "_filtered"),
+                 ("lookup", "_gallop"), ("common", "_grow"), ("lookup", "_grow_pairs"), ("grid", "_lattice"),
+                 ("grid", "_outside_id"), ("grid", "_first_level"), ("probe", "_radix_order"))
 #: The package's modules, each holding some of the kernels above.
-KERNEL_MODULES = ("jit", "key_filter", "probe", "lookup", "merge", "grid", "warm")
+KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid", "warm")
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
                   ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))

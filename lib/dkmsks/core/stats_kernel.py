@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import HAVE_NUMBA, _jit, _prefetch
+from dkmsks.core.jit import HAVE_NUMBA, _jit, _prefetch
 from dkmsks.core.model import Float64Array, Int64Array
 
 __all__ = ["HAVE_NUMBA", "Axes", "axis_table", "bounds_in_buckets", "count_keyword_in_rects", "keyword_sums",

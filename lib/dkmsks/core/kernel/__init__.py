@@ -22,11 +22,13 @@ Both give byte-identical results and the same work counters as the reference pat
 ``dx*dx + dy*dy`` in float64 as the oracle computes it: numba does not contract it into a
 fused multiply-add unless ``fastmath`` is asked for, which it is not here.
 
-The package's modules: :mod:`~dkmsks.core.kernel.jit` (numba's decorator, the prefetch, the
-kernel choice), :mod:`~dkmsks.core.kernel.key_filter` (the postings' key filter),
+The package's modules: :mod:`~dkmsks.core.kernel.common` (the exact test, compiled; array
+growth), :mod:`~dkmsks.core.kernel.key_filter` (the postings' key filter),
 :mod:`~dkmsks.core.kernel.probe` (the shared probe's sorted form), :mod:`~dkmsks.core.kernel.lookup`,
 :mod:`~dkmsks.core.kernel.merge`, :mod:`~dkmsks.core.kernel.grid` and
-:mod:`~dkmsks.core.kernel.warm` (compiling them all before a process's first timestamp).
+:mod:`~dkmsks.core.kernel.warm` (compiling them all before a process's first timestamp). What
+they are compiled with (numba's decorator, the prefetch, the kernel choice) is
+:mod:`dkmsks.core.jit`.
 
 Which path runs is a parameter (``kernel=`` of :class:`~dkmsks.core.update.Worker`,
 :class:`~dkmsks.core.engine.Engine` and :func:`~dkmsks.core.engine.build_engine`): ``numba`` by
@@ -35,8 +37,8 @@ default, ``numpy`` for the reference (also the default where numba cannot be imp
 
 from __future__ import annotations
 
+from dkmsks.core.jit import HAVE_NUMBA, KERNELS, kernel_name
 from dkmsks.core.kernel.grid import grid_entries, grid_probe
-from dkmsks.core.kernel.jit import HAVE_NUMBA, KERNELS, kernel_name
 from dkmsks.core.kernel.key_filter import FILTER_BITS, FILTER_BLOCK_BITS, FILTER_MUL1, FILTER_MUL2, filter_set
 from dkmsks.core.kernel.lookup import FENCE_STRIDE, NO_BOUND, lookup_accept, lookup_accept_sorted
 from dkmsks.core.kernel.merge import merge_accepted, merge_sorted_into

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import _grow, _jit
+from dkmsks.core.jit import _jit
+from dkmsks.core.kernel.common import _grow
 from dkmsks.core.model import Int64Array
 
 __all__ = ["grid_entries", "grid_probe"]

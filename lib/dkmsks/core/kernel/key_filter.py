@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import _jit
+from dkmsks.core.jit import _jit
 from dkmsks.core.model import Int64Array
 
 __all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "filter_set"]

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import _enters, _grow, _jit, _prefetch
+from dkmsks.core.jit import _jit, _prefetch
+from dkmsks.core.kernel.common import _enters, _grow
 from dkmsks.core.kernel.key_filter import _FILTER_SHIFT, FILTER_MUL1, _filtered
 from dkmsks.core.kernel.probe import SortedProbe
 from dkmsks.core.model import Float64Array, Int64Array

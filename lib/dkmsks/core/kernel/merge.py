@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import _enters, _jit
+from dkmsks.core.jit import _jit
+from dkmsks.core.kernel.common import _enters
 from dkmsks.core.kernel.probe import _radix_order
 from dkmsks.core.model import Float64Array, Int64Array
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import HAVE_NUMBA, _jit
+from dkmsks.core.jit import HAVE_NUMBA, _jit
 from dkmsks.core.model import Int64Array
 
 __all__ = ["Probe", "SortedProbe", "stable_order"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import kernel_name
+from dkmsks.core.jit import kernel_name
 from dkmsks.core.kernel.key_filter import filter_set
 from dkmsks.core.kernel.lookup import _COLD_KEYS, lookup_accept
 from dkmsks.core.kernel.merge import merge_sorted_into

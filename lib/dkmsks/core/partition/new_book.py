@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.kernel.jit import _jit, _prefetch
+from dkmsks.core.jit import _jit, _prefetch
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Rect
 from dkmsks.core.sets import has_duplicates, member
 

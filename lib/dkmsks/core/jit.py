@@ -1,14 +1,14 @@
-"""What the compiled kernels are made with: numba's decorator (a no-op without numba), the
-cache-line prefetch they use to overlap memory waits, the exact test compiled from the
-reference's own function, and the choice of kernel (``numba`` or ``numpy``)."""
+"""What the compiled paths are made with: numba's decorator (a no-op without numba), the
+cache-line prefetch they use to overlap memory waits, and the choice of kernel (``numba`` or
+``numpy``).
+
+Kept apart from :mod:`dkmsks.core.kernel`, which imports :mod:`dkmsks.core.knn_state` (for the
+exact test it compiles), so that modules it imports can compile functions of their own without
+an import cycle."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
-
-from dkmsks.core.knn_state import enters
 
 __all__ = ["HAVE_NUMBA", "KERNELS", "kernel_name"]
 
@@ -26,10 +26,6 @@ except ImportError:  # pragma: no cover - exercised only on a machine without nu
     def _jit(fn: Any) -> Any:
         return fn
 
-
-#: The exact test (:func:`~dkmsks.core.knn_state.enters`) compiled from the reference's own
-#: function, so the tie-break is written once; numba inlines it into the loops below.
-_enters = _jit(enters)
 
 _prefetch: Any
 if HAVE_NUMBA:
@@ -80,10 +76,3 @@ def kernel_name(requested: str | None = None) -> str:
     if name == "numba" and not HAVE_NUMBA:
         raise ValueError("kernel 'numba' asked for, but numba cannot be imported; use kernel='numpy'")
     return name
-
-
-@_jit
-def _grow(a: Any, n: int) -> Any:
-    out = np.empty(max(2 * a.shape[0], n, 64), dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
