@@ -30,6 +30,9 @@ KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid", "w
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
                   ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))
+#: A worker state's compiled sub id -> row map (dkmsks.core.sub_map) that Python calls.
+STATE_KERNELS = (("sub_map", "_hash_rows_of"), ("sub_map", "_hash_insert"), ("sub_map", "_hash_pop"),
+                 ("sub_map", "_hash_rehash"))
 
 
 def test_every_worker_kernel_is_jitted() -> None:
@@ -57,9 +60,10 @@ def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
         "kernel.warm_up()\n"
         f"missing = [f'{{m}}.{{n}}' for m, n in {ENTRY_KERNELS!r}\n"
         "           if not getattr(importlib.import_module(f'dkmsks.core.kernel.{m}'), n).signatures]\n"
-        "from dkmsks.core import stats_kernel\n"
+        "from dkmsks.core import stats_kernel, sub_map\n"
         "from dkmsks.core.partition import new_book\n"
-        f"missing += [f'{{m}}.{{n}}' for m, n in {SERVER_KERNELS!r} if not getattr(globals()[m], n).signatures]\n"
+        f"missing += [f'{{m}}.{{n}}' for m, n in {SERVER_KERNELS + STATE_KERNELS!r}\n"
+        "            if not getattr(globals()[m], n).signatures]\n"
         "print(missing)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=600)

@@ -1,13 +1,15 @@
-"""KnnState's sub id -> row map (a large sorted part with deletion marks and a small sorted
-part of recent ids): random registrations and deletions (at once and retiring), ids registered
-again after their deletion, merges forced at several sizes, against a dict."""
+"""KnnState's sub id -> row map, both kinds (dkmsks.core.sub_map: the numpy reference, a large
+sorted part with deletion marks and a small sorted part of recent ids, with merges forced at
+several sizes; the compiled hash table): random registrations and deletions (at once and
+retiring), ids registered again after their deletion, against a dict."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dkmsks.core import knn_state as knn_state_module
+from dkmsks.core import sub_map as sub_map_module
+from dkmsks.core.jit import HAVE_NUMBA, KERNELS
 from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import KeywordSets, Subscriptions
 
@@ -20,11 +22,12 @@ def _subs(ids: list[int]) -> Subscriptions:
                          KeywordSets.from_lists([[1]] * n), np.ones(n, dtype=np.int32), np.zeros(n, dtype=np.int64))
 
 
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if HAVE_NUMBA or k == "numpy"])
 @pytest.mark.parametrize("small", [1, 7, 64, 1024])
-def test_map_against_a_dict(small: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(knn_state_module, "MAP_SMALL", small)
+def test_map_against_a_dict(small: int, kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sub_map_module, "MAP_SMALL", small)  # the sorted map's merges
     rng = np.random.default_rng(small)
-    state = KnnState()
+    state = KnnState(kernel=kernel)
     ref: dict[int, int] = {}  # id -> row
     pool = np.arange(0, 3000, 3)  # ids come back after their deletion
     for step in range(150):

@@ -7,10 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dkmsks.core.jit import HAVE_NUMBA, KERNELS
 from dkmsks.core.knn_state import NEVER, KnnState
 from dkmsks.core.model import KeywordSets, Subscriptions
 
 pytestmark = pytest.mark.unit
+
+#: Both maps of a state (dkmsks.core.sub_map): compiled hash table, numpy reference.
+kernels = pytest.mark.parametrize("kernel", [k for k in KERNELS if HAVE_NUMBA or k == "numpy"])
 
 
 def _subs(ids: list[int]) -> Subscriptions:
@@ -19,8 +23,9 @@ def _subs(ids: list[int]) -> Subscriptions:
                          KeywordSets.from_lists([[1]] * n), np.ones(n, dtype=np.int32), np.zeros(n, dtype=np.int64))
 
 
-def test_retiring_rows_are_freed_when_the_watermark_reaches_their_time() -> None:
-    state = KnnState()
+@kernels
+def test_retiring_rows_are_freed_when_the_watermark_reaches_their_time(kernel: str) -> None:
+    state = KnnState(kernel=kernel)
     rows = state.add(_subs([10, 11, 12, 13, 14]))
     state.advance(3)
     assert state.release_retired().shape[0] == 0
@@ -44,8 +49,9 @@ def test_retiring_rows_are_freed_when_the_watermark_reaches_their_time() -> None
     assert set(again.tolist()) <= set(rows.tolist()) and state.in_use[rows[1]]
 
 
-def test_a_deletion_at_or_before_the_watermark_frees_at_once() -> None:
-    state = KnnState()
+@kernels
+def test_a_deletion_at_or_before_the_watermark_frees_at_once(kernel: str) -> None:
+    state = KnnState(kernel=kernel)
     state.add(_subs([1, 2]))
     state.advance(4)
     rows = state.remove([1], t=4)
@@ -53,14 +59,15 @@ def test_a_deletion_at_or_before_the_watermark_frees_at_once() -> None:
     assert state.release_retired().shape[0] == 0
 
 
-def test_a_removal_with_a_time_per_id_retires_each_row_until_its_own_time() -> None:
+@kernels
+def test_a_removal_with_a_time_per_id_retires_each_row_until_its_own_time(kernel: str) -> None:
     """A probe group's deletions in one call (spark/bridge.py, _events_at_once): each id with
     its timestamp; those at or before the watermark are freed at once, and the worker's index
     forgets exactly those."""
     from dkmsks.core.model import Rect
     from dkmsks.core.update import Worker
 
-    worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=4)
+    worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=4, kernel=kernel)
     rows = worker.add(_subs([1, 2, 3, 4, 5]))
     state = worker.state
     state.advance(4)
@@ -78,3 +85,19 @@ def test_a_removal_with_a_time_per_id_retires_each_row_until_its_own_time() -> N
     state.advance(8)
     assert state.release_retired().tolist() == [row_of[4]]
     assert state.release_retired().shape[0] == 0
+
+
+@kernels
+@pytest.mark.parametrize("at", [None, 5])
+def test_an_id_asked_twice_in_one_removal_frees_its_row_once(kernel: str, at: int | None) -> None:
+    """A repeated id in one removal is one deletion: its row is freed (or retires) once, so two
+    later registrations never share a row (the row used to go onto the free list twice)."""
+    state = KnnState(kernel=kernel)
+    rows = state.add(_subs([10, 11, 12]))
+    state.advance(7)  # a time at the watermark frees at once too
+    assert state.remove([11, 11], t=at).tolist() == [rows[1]]
+    assert state.release_retired().shape[0] == 0
+    again = state.add(_subs([20, 21, 22]))
+    assert len(set(again.tolist())) == 3
+    assert sorted(state.sub_ids.tolist()) == [10, 12, 20, 21, 22]
+    assert state.rows_of([20, 21, 22]).tolist() == again.tolist()

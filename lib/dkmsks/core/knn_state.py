@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.jit import kernel_name
 from dkmsks.core.model import (
     Float64Array,
     Int32Array,
@@ -36,7 +37,8 @@ from dkmsks.core.model import (
     Results,
     Subscriptions,
 )
-from dkmsks.core.sets import delete_at, has_duplicates, insert_at
+from dkmsks.core.sets import has_duplicates
+from dkmsks.core.sub_map import sub_map
 
 #: End of the liveness interval of a subscription that has not been deleted.
 NEVER = np.iinfo(np.int64).max
@@ -44,19 +46,6 @@ NEVER = np.iinfo(np.int64).max
 #: Least growth of the row arrays, as a fraction of their capacity: small, because every row
 #: costs the kNN matrices' width in ids and distances (doubling left up to half of them unused).
 GROWTH = 1 / 32
-
-
-#: The sub id -> row map's small part (KnnState) is merged into the large one once it holds
-#: more ids than this, or once the large part has more deleted ids than this and an eighth of it.
-MAP_SMALL = 1024
-
-
-def _find(ids: Int64Array, rows: npt.NDArray[np.int32], q: Int64Array) -> Int64Array:
-    """The row of each of ``q`` in the sorted map ``(ids, rows)``, ``-1`` where it is absent."""
-    if ids.shape[0] == 0:
-        return np.full(q.shape[0], -1, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(ids, q), ids.shape[0] - 1)
-    return np.where(ids[pos] == q, rows[pos].astype(np.int64), -1)
 
 
 def enters(d2: Any, oid: Any, kd2: Any, kid: Any) -> Any:
@@ -105,6 +94,10 @@ class KnnState:
         Initial number of rows; grows to what an insertion needs, and by at least
         :data:`GROWTH` of itself (so that a bulk load leaves no slack, and a stream of
         insertions little).
+    kernel
+        The worker's kernel (:func:`~dkmsks.core.jit.kernel_name`; default ``numba`` where it
+        imports): it picks the sub id -> row map (:func:`~dkmsks.core.sub_map.sub_map`), a
+        compiled hash table under ``numba``, the sorted numpy reference under ``numpy``.
 
     Notes
     -----
@@ -113,7 +106,7 @@ class KnnState:
     retiring one (deleted inside the current batch, docs/design.md §3 fact 2).
     """
 
-    def __init__(self, width: int = 1, capacity: int = 16) -> None:
+    def __init__(self, width: int = 1, capacity: int = 16, kernel: str | None = None) -> None:
         capacity = max(int(capacity), 1)
         self.K = max(int(width), 1)
         self._cap = capacity
@@ -136,17 +129,10 @@ class KnnState:
         self._kw_live = 0
         self._free: list[Int64Array] = []  # stacks of free rows (below n_rows)
         self._n_free = 0
-        # sub id -> row map (vectorised lookups by binary search; rows as int32: a worker holds
-        # far fewer than 2^31 rows) in two sorted parts: a large one, where a deletion only
-        # marks the row -1, and a small one of the ids registered since the two were last
-        # merged. A timestamp's few insertions and deletions then copy the small part or mark
-        # a row, not the whole map (two 50,000-entry copies per call at 1M/1M, ~2.6 ms of a
-        # timestamp's 20 workers; docs/benchmarks.md).
-        self._map_ids = np.zeros(0, dtype=np.int64)
-        self._map_rows = np.zeros(0, dtype=np.int32)
-        self._new_ids = np.zeros(0, dtype=np.int64)
-        self._new_rows = np.zeros(0, dtype=np.int32)
-        self._map_dead = 0  # ids of the large part marked deleted
+        # sub id -> row of every live subscription (not of retiring rows). The hash table's key
+        # of a row is sub_id[row]: an id is unmapped before its row's sub_id is cleared or reused.
+        self.kernel = kernel_name(kernel)
+        self._map = sub_map(self.kernel, capacity)
         #: Rows removed with a deletion time not yet reached (``end_t`` set, not yet freed).
         self._n_retiring = 0
         #: Largest object timestamp processed so far (frees retiring rows, see module doc).
@@ -155,28 +141,20 @@ class KnnState:
     # ------------------------------------------------------------------ sizes and lookups
     def __len__(self) -> int:
         """Number of live (mapped) subscriptions."""
-        return int(self._map_ids.shape[0] - self._map_dead + self._new_ids.shape[0])
+        return len(self._map)
 
     @property
     def sub_ids(self) -> Int64Array:
         """Ids of the live subscriptions, ascending."""
-        self._merge_map()
-        return self._map_ids.copy()
+        return self.sub_id[self.live_rows()]
 
     def live_rows(self) -> Int64Array:
         """Rows of the live subscriptions, in ascending sub-id order."""
-        self._merge_map()
-        return self._map_rows.astype(np.int64)
+        return self._map.sorted_rows(self.sub_id)
 
     def rows_of(self, sub_ids: npt.ArrayLike) -> Int64Array:
         """Row of each id, ``-1`` for ids that are not live here."""
-        q = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        rows = _find(self._map_ids, self._map_rows, q)  # a deleted id's mark is -1 too
-        if self._new_ids.shape[0]:
-            miss = rows < 0
-            if miss.any():
-                rows[miss] = _find(self._new_ids, self._new_rows, q[miss])
-        return rows
+        return self._map.rows_of(_id_batch(sub_ids), self.sub_id)
 
     def contains(self, sub_ids: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each of ``sub_ids`` is live in the state."""
@@ -303,7 +281,7 @@ class KnnState:
         n = len(subs)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        sid = subs.ids.astype(np.int64)
+        sid = _id_batch(subs.ids)
         if has_duplicates(sid):
             raise ValueError("duplicate subscription ids in one add(); add each id once")
         if np.any(self.contains(sid)):
@@ -335,7 +313,7 @@ class KnnState:
             self.ids[rows, :w] = np.where(keep, kid[:, :w], -1)
             self.d2[rows, :w] = np.where(keep, kd2[:, :w], np.inf)
         self._append_keywords(rows, subs.keywords)
-        self._map_insert(sid, rows)
+        self._map.insert(sid, rows, self.sub_id)  # after sub_id[rows] = sid: the hash table reads it
         return rows
 
     def remove(self, sub_ids: npt.ArrayLike, t: int | npt.ArrayLike | None = None) -> Int64Array:
@@ -345,15 +323,15 @@ class KnnState:
         ``t`` inside a batch still to be processed; one per id, or one for all), the id is
         released at once (it may be registered again) but the row keeps answering objects with
         ``o.t < t`` until the watermark reaches ``t`` (docs/design.md §3 fact 2); a row whose
-        ``t`` the watermark has reached is freed at once (:attr:`in_use` tells which).
+        ``t`` the watermark has reached is freed at once (:attr:`in_use` tells which). An id
+        asked twice counts once (its first ``t``).
         """
-        q = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        rows = self.rows_of(q)
+        q = _id_batch(sub_ids)
+        rows = self._map.pop(q, self.sub_id)  # unmapped before _free_rows clears sub_id[rows]
         held = rows >= 0
         rows = rows[held]
         if rows.shape[0] == 0:
             return rows
-        self._map_delete(self.sub_id[rows])
         if t is None:
             self._free_rows(rows)
             return rows
@@ -394,54 +372,12 @@ class KnnState:
         self._free.append(np.sort(rows)[::-1].copy())
         self._n_free += int(rows.shape[0])
 
-    def _map_insert(self, sid: Int64Array, rows: Int64Array) -> None:
-        """Map ids that are not live here (an id deleted earlier may still be marked in the
-        large part; the small part answers for it)."""
-        order = np.argsort(sid, kind="stable")
-        sid, rows = sid[order], rows[order]
-        pos = np.searchsorted(self._new_ids, sid)
-        self._new_ids = insert_at(self._new_ids, pos, sid)
-        self._new_rows = insert_at(self._new_rows, pos, rows.astype(np.int32))
-        if self._new_ids.shape[0] > MAP_SMALL:
-            self._merge_map()
-
-    def _map_delete(self, sid: Int64Array) -> None:
-        """Unmap live ids (an id may be asked twice)."""
-        sid = np.sort(sid)
-        n = self._map_ids.shape[0]
-        pos = np.searchsorted(self._map_ids, sid)
-        pos_c = np.minimum(pos, max(n - 1, 0))
-        big = (pos < n) & (self._map_ids[pos_c] == sid) & (self._map_rows[pos_c] >= 0) if n else pos < 0
-        marked = np.unique(pos[big])
-        self._map_rows[marked] = -1
-        self._map_dead += int(marked.shape[0])
-        small = sid[~big]
-        if small.shape[0]:
-            at = np.searchsorted(self._new_ids, small)
-            at = at[np.concatenate([[True], at[1:] != at[:-1]])] if at.shape[0] > 1 else at
-            self._new_ids = delete_at(self._new_ids, at)
-            self._new_rows = delete_at(self._new_rows, at)
-        if self._map_dead > max(MAP_SMALL, n // 8):
-            self._merge_map()
-
-    def _merge_map(self) -> None:
-        """One sorted map again: the large part without its marked ids, the small part merged in."""
-        if self._new_ids.shape[0] == 0 and self._map_dead == 0:
-            return
-        keep = self._map_rows >= 0
-        ids, rows = self._map_ids[keep], self._map_rows[keep]
-        at = np.searchsorted(ids, self._new_ids)
-        self._map_ids, self._map_rows = insert_at(ids, at, self._new_ids), insert_at(rows, at, self._new_rows)
-        self._new_ids = np.zeros(0, dtype=np.int64)
-        self._new_rows = np.zeros(0, dtype=np.int32)
-        self._map_dead = 0
-
     # ------------------------------------------------------------------ export / import
     def results(self) -> Results:
         """``A(s)`` of every live subscription (docs/design.md §1), keyed by subscription id."""
         out: Results = {}
-        self._merge_map()
-        for sid, row in zip(self._map_ids.tolist(), self._map_rows.tolist(), strict=True):
+        rows = self.live_rows()
+        for sid, row in zip(self.sub_id[rows].tolist(), rows.tolist(), strict=True):
             kk = int(self.k[row])
             ids = self.ids[row, :kk]
             n = int(np.count_nonzero(ids >= 0))
@@ -473,12 +409,17 @@ class KnnState:
         )
 
     @classmethod
-    def from_arrays(cls, arrays: StateArrays) -> KnnState:
+    def from_arrays(cls, arrays: StateArrays, kernel: str | None = None) -> KnnState:
         """Rebuild a state written by :meth:`to_arrays` (rows ``0..n-1`` in array order)."""
         n = len(arrays)
         width = max(int(arrays.ids.shape[1]) if arrays.ids.ndim == 2 else 1, 1)
         if n:
             width = max(width, int(arrays.k.max()))
-        state = cls(width=width, capacity=max(n, 16))
+        state = cls(width=width, capacity=max(n, 16), kernel=kernel)
         state.add(arrays.subscriptions(), (arrays.ids, arrays.d2))
         return state
+
+
+def _id_batch(sub_ids: npt.ArrayLike) -> Int64Array:
+    """Ids as a contiguous int64 vector (what the compiled map's functions are compiled for)."""
+    return np.ascontiguousarray(np.asarray(sub_ids, dtype=np.int64).reshape(-1))

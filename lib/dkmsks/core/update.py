@@ -349,7 +349,7 @@ class Worker:
         self.space = space
         self.budget = int(budget)
         self.kernel = kernel_name(kernel)
-        self.state = KnnState(width=width)
+        self.state = KnnState(width=width, kernel=self.kernel)
         self.index: WorkerIndex = make_index(self.method, space, grid=grid, kernel=self.kernel, **index_options)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
