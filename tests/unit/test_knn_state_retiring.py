@@ -101,3 +101,17 @@ def test_an_id_asked_twice_in_one_removal_frees_its_row_once(kernel: str, at: in
     assert len(set(again.tolist())) == 3
     assert sorted(state.sub_ids.tolist()) == [10, 12, 20, 21, 22]
     assert state.rows_of([20, 21, 22]).tolist() == again.tolist()
+
+
+@kernels
+def test_a_deletion_at_the_largest_timestamp_is_not_exported_as_live(kernel: str) -> None:
+    """A deletion time of 2^63 - 1 (a valid int64 timestamp) leaves the row retiring with the
+    same end time a live row has; exports still leave it out: live means mapped."""
+    state = KnnState(kernel=kernel)
+    rows = state.add(_subs([10, 11, 12]))
+    state.advance(3)
+    state.remove([11], t=NEVER)
+    assert state.end_t[rows[1]] == NEVER and state.in_use[rows[1]]  # retiring, not yet freed
+    assert state.to_arrays(rows).sub_ids.tolist() == [10, 12]
+    assert state.to_arrays().sub_ids.tolist() == [10, 12]
+    assert sorted(state.results()) == [10, 12]

@@ -395,7 +395,9 @@ class KnnState:
             rows = self.live_rows()
         else:
             rows = np.asarray(rows, dtype=np.int64)
-            rows = rows[self.in_use[rows] & (self.end_t[rows] == NEVER)]
+            # Live means mapped: a retiring row is unmapped even when its deletion time is the
+            # largest timestamp (end_t then reads NEVER, as a live row's does).
+            rows = rows[self.rows_of(self.sub_id[rows]) == rows]
             rows = rows[np.argsort(self.sub_id[rows], kind="stable")]
         return StateArrays(
             self.sub_id[rows].copy(),
