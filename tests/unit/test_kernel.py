@@ -211,6 +211,64 @@ def test_grid_entries_identical_inside_outside_and_unbounded(layout: dict, rng: 
     assert ((ka >> 32) >= GridIndex(space, 64).outside_base).any()  # the outside lattice was reached
 
 
+def _index_arrays(index: GridIndex) -> dict[str, np.ndarray]:
+    """Everything a grid index's re-index writes: per-row radii, epochs and entry counts, the
+    postings' unsorted delta (in insertion order) and their stale count."""
+    p = index.postings
+    joined = {name: np.concatenate(parts) if parts else np.zeros(0)
+              for name, parts in (("keys", p._dk), ("rows", p._dr), ("epochs", p._de))}  # noqa: SLF001
+    return {"r_indexed": index.r_indexed.view(np.int64), "epoch": index.epoch, "row_entries": index.row_entries,
+            **joined, "filter": p._present, "n_stale": np.array([p.n_stale]), "n_delta": np.array([p.n_delta])}  # noqa: SLF001
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grid_reindex_identical_to_the_numpy_path(layout: dict, rng: np.random.Generator) -> None:
+    """The compiled re-index (GridIndex.add and .updated in one call) writes what the numpy
+    path writes, array for array: which rows shrank enough to be re-posted (balls shrunk
+    by various ratios, unbounded ones, freed rows, a row given twice), their radii and
+    epochs, the stale count and the new postings in order."""
+    space = Rect(0.0, 0.0, 100.0, 50.0)
+    n = 300
+    x = np.concatenate([rng.uniform(0, 100, 240), rng.uniform(-5e6, 5e6, 30), rng.uniform(-3, 103, 30)])
+    y = np.concatenate([rng.uniform(0, 50, 240), rng.uniform(-5e6, 5e6, 30), rng.uniform(-3, 53, 30)])
+    kws = KeywordSets.from_lists([rng.choice(50, int(rng.integers(1, 4)), replace=False).tolist() for _ in range(n)])
+    k = rng.integers(1, 3, n).astype(np.int32)
+    subs = Subscriptions(np.arange(n, dtype=np.int64), x, y, kws, k, np.zeros(n, dtype=np.int64))
+    radius = np.concatenate([rng.uniform(0, 0.3, 100), rng.uniform(0, 40, 150), rng.uniform(1e3, 1e7, 50)])
+    rng.shuffle(radius)
+    ids = np.tile(np.array([7, 9], dtype=np.int64), (n, 1))
+    d2 = np.stack([radius * radius / 4, radius * radius], axis=1)
+    ids[::7, 1] = -1  # every seventh result not full: unbounded when k = 2
+    d2[::7, 1] = np.inf
+    state = KnnState(width=2)
+    rows = state.add(subs, (ids, d2))
+    indexes = {kn: GridIndex(space, 64, kernel=kn, **layout) for kn in ("numba", "numpy")}
+    for index in indexes.values():
+        index.add(state, rows)
+    a, b = (_index_arrays(index) for index in indexes.values())
+    assert a.keys() == b.keys() and all(np.array_equal(a[name], b[name]) for name in a), "after add"
+    reposted = 0
+    for step in range(4):
+        # Shrink some balls: by a quarter (not re-posted at shrink = 0.5), to a tenth (re-posted),
+        # to zero; fill some unbounded ones; free a few rows; ask for one row twice.
+        pick = rng.choice(n, 80, replace=False)
+        factor = rng.choice([0.75, 0.1, 0.0], pick.shape[0])
+        state.d2[pick] = np.where(np.isinf(state.d2[pick]), radius[pick, None] ** 2, state.d2[pick])
+        state.d2[pick] *= factor[:, None] ** 2
+        freed = state.remove(rng.choice(n, 3, replace=False)) if step == 1 else np.zeros(0, dtype=np.int64)
+        state.d2[freed] = 0.0  # a freed row would be re-posted, were it not skipped
+        for index in indexes.values():
+            if freed.shape[0]:
+                index.forget(freed)
+            before = index.postings.n_delta
+            index.updated(state, np.concatenate([pick, pick[:1], freed]))
+        reposted += indexes["numpy"].postings.n_delta - before
+        a, b = (_index_arrays(index) for index in indexes.values())
+        differ = [name for name in a if not np.array_equal(a[name], b[name])]
+        assert not differ, (step, differ)
+    assert reposted > 50 and indexes["numpy"].postings.n_stale > 0  # rows were re-posted, entries made stale
+
+
 @pytest.mark.parametrize(("levels", "layout"), [("pyramid", lay) for lay in LAYOUTS] + [("flat", {})])
 def test_grid_probe_identical_inside_and_outside(levels: str, layout: dict, rng: np.random.Generator) -> None:
     """The compiled probe (each object's cell at every level under each keyword) equals the

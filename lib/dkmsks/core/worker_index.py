@@ -628,9 +628,21 @@ class GridIndex(_PostingsIndex):
         self._ensure(state.n_rows)
         if rows.shape[0] == 0:
             return
+        if self.kernel == "numba":
+            self._reindex(state, rows, select=False)
+            return
         keys, owners, r = self._entries(state, rows)
         self.r_indexed[rows] = r
         self._insert(keys, owners)
+
+    def _reindex(self, state: KnnState, rows: Int64Array, *, select: bool) -> None:
+        """:meth:`add` (or, with ``select``, :meth:`updated`) in one compiled call: a worker
+        re-indexes a few dozen rows a timestamp, where the numpy path's few dozen small array
+        calls cost more than the postings themselves (docs/benchmarks.md)."""
+        keys, owners, epochs, stale = kernel.grid_reindex(self, state, rows, select=select, outside_top=_OUTSIDE_TOP,
+                                                          lattice_limit=_LATTICE_LIMIT, kw_bits=_KW_BITS)
+        self.postings.n_stale += int(stale)
+        self.postings.insert(keys, owners, epochs)
 
     def radius_bound(self) -> Float64Array:
         """The safe radius each row was last posted with (``inf`` for an unbounded ball): a
@@ -735,6 +747,11 @@ class GridIndex(_PostingsIndex):
     def updated(self, state: KnnState, rows: Int64Array) -> None:
         """Re-index rows whose ball shrank below ``shrink`` × the indexed radius."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self.kernel == "numba":
+            if rows.shape[0]:
+                self._ensure(state.n_rows)
+                self._reindex(state, rows, select=True)
+            return
         rows = rows[state.in_use[rows]]
         if rows.shape[0] == 0:
             return

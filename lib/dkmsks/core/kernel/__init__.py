@@ -15,7 +15,9 @@ below do the same work in one compiled loop each:
 - :func:`merge_accepted` — step 4: per row, the accepted objects (deduplicated, the ones
   already in the result ignored) are merged with the current result by ``(d², id)``;
 - :func:`grid_entries`, :func:`grid_probe` — the DkM-SKS grid's postings of a ball and an
-  object's probe keys (paper §4.3; :class:`~dkmsks.core.worker_index.GridIndex`).
+  object's probe keys (paper §4.3; :class:`~dkmsks.core.worker_index.GridIndex`);
+  :func:`grid_reindex` — the grid's whole re-index of new and shrunken balls (which rows, their
+  radii, epochs and postings) as one call.
 
 Both give byte-identical results and the same work counters as the reference path
 (``tests/unit/test_kernel.py`` compares them with each other and with the oracle). ``d²`` is
@@ -38,7 +40,7 @@ default, ``numpy`` for the reference (also the default where numba cannot be imp
 from __future__ import annotations
 
 from dkmsks.core.jit import HAVE_NUMBA, KERNELS, kernel_name
-from dkmsks.core.kernel.grid import grid_entries, grid_probe
+from dkmsks.core.kernel.grid import grid_entries, grid_probe, grid_reindex
 from dkmsks.core.kernel.key_filter import FILTER_BITS, FILTER_BLOCK_BITS, FILTER_MUL1, FILTER_MUL2, filter_set
 from dkmsks.core.kernel.lookup import FENCE_STRIDE, NO_BOUND, lookup_accept, lookup_accept_sorted
 from dkmsks.core.kernel.merge import merge_accepted, merge_sorted_into
@@ -46,5 +48,6 @@ from dkmsks.core.kernel.probe import Probe, SortedProbe, stable_order
 from dkmsks.core.kernel.warm import warm_up
 
 __all__ = ["FENCE_STRIDE", "FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "HAVE_NUMBA", "KERNELS",
-           "NO_BOUND", "Probe", "SortedProbe", "filter_set", "grid_entries", "grid_probe", "kernel_name",
-           "lookup_accept", "lookup_accept_sorted", "merge_accepted", "merge_sorted_into", "stable_order", "warm_up"]
+           "NO_BOUND", "Probe", "SortedProbe", "filter_set", "grid_entries", "grid_probe", "grid_reindex",
+           "kernel_name", "lookup_accept", "lookup_accept_sorted", "merge_accepted", "merge_sorted_into",
+           "stable_order", "warm_up"]

@@ -12,7 +12,7 @@ from dkmsks.core.jit import _jit
 from dkmsks.core.kernel.common import _grow
 from dkmsks.core.model import Int64Array
 
-__all__ = ["grid_entries", "grid_probe"]
+__all__ = ["grid_entries", "grid_probe", "grid_reindex"]
 
 @_jit
 def _first_level(a0: int, a1: int, b0: int, b1: int, levels: Any, caps: Any, fallback: int) -> int:
@@ -141,6 +141,74 @@ def grid_entries(
     sp = index.space
     return _grid_entries(
         rows, state.x[rows], state.y[rows], x0, y0, x1, y1, r, state.kw_start, state.kw_len, state.kw_pool,
+        index.levels_below_top, index.caps_below_top, int(index.top), int(index.G), int(index.max_cells),
+        index._offset,  # noqa: SLF001
+        int(index.outside_base), int(outside_top), float(sp.xmin), float(sp.ymin), float(index.cw),
+        float(index.ch), float(index._mx), float(index._my), int(lattice_limit), int(kw_bits),  # noqa: SLF001
+    )
+
+
+@_jit
+def _grid_reindex(rows, select, in_use, k, d2, x, y, shrink, r_indexed, epoch, row_entries,  # noqa: ANN001, ANN202, PLR0913
+                  kw_start, kw_len, kw_pool, levels_in, caps_in, top, G, max_cells, offset, outside_base,
+                  outside_top, xmin, ymin, cw, ch, mx, my, limit, kw_bits):
+    # The row choice and safe radius of GridIndex.updated (safe_radius, written in the same
+    # order of operations, so the same float), the epochs of _invalidate, the boxes of
+    # safe_ball_boxes, the postings of _grid_entries and the entry counts of _insert.
+    n = rows.shape[0]
+    chosen = np.empty(n, dtype=np.int64)
+    r = np.empty(n, dtype=np.float64)
+    m = 0
+    for i in range(n):
+        row = rows[i]
+        if select and not in_use[row]:
+            continue
+        ri = np.sqrt(d2[row, k[row] - 1]) * (1.0 + 1e-9) + 1e-9 * (abs(x[row]) + abs(y[row])) + 1e-300
+        if select and not (np.isfinite(ri) and ri < shrink * r_indexed[row]):
+            continue
+        chosen[m] = row
+        r[m] = ri
+        m += 1
+    chosen, r = chosen[:m], r[:m]
+    stale = 0
+    if select:
+        # Read every old value before writing any, so that a row given twice is bumped once
+        # and its entries counted twice, as the numpy path's fancy indexing does.
+        bumped = np.empty(m, dtype=np.int32)
+        for i in range(m):
+            stale += row_entries[chosen[i]]
+            bumped[i] = epoch[chosen[i]] + 1
+        for i in range(m):
+            epoch[chosen[i]] = bumped[i]
+            row_entries[chosen[i]] = 0
+    sx = np.empty(m, dtype=np.float64)
+    sy = np.empty(m, dtype=np.float64)
+    for i in range(m):
+        sx[i] = x[chosen[i]]
+        sy[i] = y[chosen[i]]
+        r_indexed[chosen[i]] = r[i]
+    keys, owners = _grid_entries(chosen, sx, sy, sx - r, sy - r, sx + r, sy + r, r, kw_start, kw_len, kw_pool,
+                                 levels_in, caps_in, top, G, max_cells, offset, outside_base, outside_top,
+                                 xmin, ymin, cw, ch, mx, my, limit, kw_bits)
+    epochs = np.empty(owners.shape[0], dtype=np.int32)
+    for j in range(owners.shape[0]):
+        row_entries[owners[j]] += 1
+        epochs[j] = epoch[owners[j]]
+    return keys, owners, epochs, stale
+
+
+def grid_reindex(
+    index: Any, state: Any, rows: Int64Array, *, select: bool, outside_top: int, lattice_limit: int, kw_bits: int,
+) -> tuple[Int64Array, Int64Array, Any, int]:
+    """``GridIndex.add`` (``select`` false: every row) or ``GridIndex.updated`` (``select``:
+    the live rows whose safe radius fell below ``shrink`` times the indexed one, their old
+    entries made stale) in one compiled call: updates the index's ``r_indexed``, ``epoch`` and
+    ``row_entries`` in place and returns the new postings ``(keys, rows, epochs)`` and the
+    number of entries made stale, for the caller to hand to the postings."""
+    sp = index.space
+    return _grid_reindex(
+        rows, bool(select), state.in_use, state.k, state.d2, state.x, state.y, float(index.shrink),
+        index.r_indexed, index.epoch, index.row_entries, state.kw_start, state.kw_len, state.kw_pool,
         index.levels_below_top, index.caps_below_top, int(index.top), int(index.G), int(index.max_cells),
         index._offset,  # noqa: SLF001
         int(index.outside_base), int(outside_top), float(sp.xmin), float(sp.ymin), float(index.cw),

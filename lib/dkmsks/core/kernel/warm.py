@@ -32,13 +32,15 @@ def warm_up(requested: str | None = None) -> None:
     objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
     worker.process(objects)
     worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
+    index: Any = worker.index  # a GridIndex: its postings and epochs
+    # The postings of balls alone (GridIndex.entries; adding and re-indexing ran above).
+    index.entries(worker.state, np.zeros(1, dtype=np.int64))
     filter_set(np.zeros(64, dtype=np.uint8), np.zeros(1, dtype=np.int64))
     one32 = np.zeros(1, dtype=np.int32)
     merge_sorted_into(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32), 1,
                       np.ones(1, dtype=np.int64), one32, one32)
     # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
     many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
-    index: Any = worker.index  # a GridIndex: its postings and epochs
     lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
