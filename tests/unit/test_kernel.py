@@ -215,10 +215,10 @@ def _index_arrays(index: GridIndex) -> dict[str, np.ndarray]:
     """Everything a grid index's re-index writes: per-row radii, epochs and entry counts, the
     postings' unsorted delta (in insertion order) and their stale count."""
     p = index.postings
-    joined = {name: np.concatenate(parts) if parts else np.zeros(0)
-              for name, parts in (("keys", p._dk), ("rows", p._dr), ("epochs", p._de))}  # noqa: SLF001
+    keys, rows, epochs = p.pending()
     return {"r_indexed": index.r_indexed.view(np.int64), "epoch": index.epoch, "row_entries": index.row_entries,
-            **joined, "filter": p._present, "n_stale": np.array([p.n_stale]), "n_delta": np.array([p.n_delta])}  # noqa: SLF001
+            "keys": keys, "rows": rows, "epochs": epochs, "filter": p._present,  # noqa: SLF001
+            "n_stale": np.array([p.n_stale]), "n_delta": np.array([p.n_delta])}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.unit
 #: stay empty).
 ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_merge_accepted"),
                  ("grid", "_grid_entries"), ("grid", "_grid_reindex"), ("grid", "_grid_probe"),
-                 ("probe", "_sorted_form"), ("key_filter", "_filter_set"), ("merge", "_merge_sorted_into"))
-INNER_KERNELS = (("lookup", "_test_entries"), ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
+                 ("probe", "_sorted_form"), ("merge", "_delta_append"), ("merge", "_merge_pending"))
+INNER_KERNELS = (("merge", "_merge_sorted_into"), ("key_filter", "_filter_set"), ("lookup", "_test_entries"),
+                 ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
                  ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
                  ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),
                  ("lookup", "_prefetch_held"), ("common", "_enters"), ("key_filter", "_filtered"),

@@ -142,13 +142,17 @@ def test_the_compiled_and_numpy_deltas_are_the_same_arrays() -> None:
             assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
-def test_merge_sorted_into_refuses_buffers_without_room() -> None:
+def test_the_compiled_delta_refuses_buffers_without_room() -> None:
     from dkmsks.core import kernel
 
     keys = np.array([1, 3, 0], dtype=np.int64)
+    rows = np.zeros(3, np.int32)
     with pytest.raises(ValueError, match="no room"):
-        kernel.merge_sorted_into(keys, np.zeros(3, np.int32), np.zeros(3, np.int32), 2,
-                                 np.array([2, 4], dtype=np.int64), np.zeros(2, np.int32), np.zeros(2, np.int32))
+        kernel.merge_pending(keys, rows, np.zeros(3, np.int32), 2, 2)
+    with pytest.raises(ValueError, match="no room"):
+        kernel.delta_append(keys, rows, np.zeros(3, np.int32), 2, np.array([2, 4], dtype=np.int64),
+                            np.zeros(2, np.int64), np.zeros(2, np.int32), np.zeros(64, np.uint8))
+    assert keys.tolist() == [1, 3, 0]  # refused before any write
 
 
 #: (method, grid): the grid size only matters for the DkM-SKS index.

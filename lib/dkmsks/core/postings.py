@@ -105,7 +105,8 @@ class Postings:
     """
 
     def __init__(self, kernel_in_use: str | None = None) -> None:
-        #: ``numba``: new keys set their filter bits in one compiled loop (the same bits).
+        #: ``numba``: new entries go into the delta's buffers and set their filter bits in one
+        #: compiled call, and a lookup sorts them in another (the same bits and arrays).
         self.compiled = kernel_name(kernel_in_use) == "numba"
         self.keys = np.zeros(0, dtype=np.int64)  # ascending, one per entry
         self.rows = np.zeros(0, dtype=np.int32)
@@ -115,7 +116,8 @@ class Postings:
         self.fences = np.zeros(0, dtype=np.int64)
         # The delta: entries posted since the last merge, unsorted (lists of what each insert
         # gave), plus the part of them sorted by key by an earlier lookup (_sorted_delta), held
-        # in buffers with room to grow: its first _n_sorted entries.
+        # in buffers with room to grow: its first _n_sorted entries. Compiled, the unsorted
+        # entries follow those in the same buffers (_n_pending of them), the lists stay empty.
         self._dk: list[Int64Array] = []
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
@@ -123,6 +125,7 @@ class Postings:
         self._sr = np.zeros(0, dtype=np.int32)
         self._se = np.zeros(0, dtype=np.int32)
         self._n_sorted = 0
+        self._n_pending = 0
         self.n_delta = 0
         self.n_stale = 0
         # A blocked two-hash Bloom filter (_filter_slots) over every key inserted since the last
@@ -133,6 +136,7 @@ class Postings:
     def __setstate__(self, state: dict[str, object]) -> None:
         # An unpickled array starts wherever the allocator put it: align the filter again.
         self.__dict__.update(state)
+        self.__dict__.setdefault("_n_pending", 0)
         self._present = _filter_bytes(self._present)
 
     @property
@@ -148,51 +152,73 @@ class Postings:
         if keys.shape[0] == 0:
             return
         if self.compiled:
-            kernel.filter_set(self._present, keys)
-        else:
-            _filter_set(self._present, keys)
+            # One compiled call into the buffers, after the entries already there: a worker
+            # posts a few hundred entries a timestamp, where three list appends, their later
+            # concatenation and sort cost more calls than the entries (docs/benchmarks.md).
+            at = self._n_sorted + self._n_pending
+            self._reserve(at + keys.shape[0])
+            kernel.delta_append(self._sk, self._sr, self._se, at, keys, rows, epochs, self._present)
+            self._n_pending += int(keys.shape[0])
+            self.n_delta += int(keys.shape[0])
+            return
+        _filter_set(self._present, keys)
         self._dk.append(keys.astype(np.int64, copy=False))
         self._dr.append(rows.astype(np.int32, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
         self.n_delta += int(keys.shape[0])
 
+    def _reserve(self, n: int) -> None:
+        """Room for ``n`` delta entries in the buffers (grown by half, keeping those held)."""
+        if n <= self._sk.shape[0]:
+            return
+        cap = max(n, int(self._sk.shape[0] * 1.5), 1024)
+        used = self._n_sorted + self._n_pending
+        for name in ("_sk", "_sr", "_se"):
+            old = getattr(self, name)
+            grown = np.empty(cap, dtype=old.dtype)
+            grown[:used] = old[:used]
+            setattr(self, name, grown)
+
+    def pending(self) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+        """Copies of the entries inserted since the last lookup (or rebuild), in insertion order."""
+        if self.compiled:
+            held = slice(self._n_sorted, self._n_sorted + self._n_pending)
+            return self._sk[held].copy(), self._sr[held].copy(), self._se[held].copy()
+        if not self._dk:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+        return np.concatenate(self._dk), np.concatenate(self._dr), np.concatenate(self._de)
+
     def _sorted_delta(self) -> tuple[Int64Array, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         """The delta sorted by key (views of buffers that the next call may change)."""
+        if self._n_pending:
+            # Compiled: sorted and merged in place, each new entry before the old ones of an
+            # equal key, new entries of an equal key in insertion order (as below).
+            kernel.merge_pending(self._sk, self._sr, self._se, self._n_sorted, self._n_pending)
+            self._n_sorted += self._n_pending
+            self._n_pending = 0
         if self._dk:
             # The delta grows by a few thousand entries a timestamp up to an eighth of the main
             # part: only the entries new since the last call are sorted, then merged into the
             # part sorted before (linear), each new entry before the old ones of an equal key.
-            # Order within a key is irrelevant (see rebuild).
-            k = np.concatenate(self._dk)
-            r = np.concatenate(self._dr)
-            e = np.concatenate(self._de)
-            order = np.argsort(k)
+            # Order within a key is irrelevant (see rebuild); a stable sort keeps the compiled
+            # path's order, so that both kernels hold the same arrays.
+            k, r, e = self.pending()
+            order = np.argsort(k, kind="stable")
             k, r, e = k[order], r[order], e[order]
             self._dk, self._dr, self._de = [], [], []
-            n_old, n = self._n_sorted, self._n_sorted + k.shape[0]
-            if self.compiled:
-                # In place, from the back, in buffers with room: one pass moving each entry
-                # once, where np.insert builds a mask and new arrays and copies through the
-                # mask, per column (docs/benchmarks.md).
-                if n > self._sk.shape[0]:
-                    cap = max(n, int(self._sk.shape[0] * 1.5), 1024)
-                    self._sk = np.resize(self._sk[:n_old], cap)
-                    self._sr = np.resize(self._sr[:n_old], cap)
-                    self._se = np.resize(self._se[:n_old], cap)
-                kernel.merge_sorted_into(self._sk, self._sr, self._se, n_old, k, r, e)
-            else:
-                at = np.searchsorted(self._sk[:n_old], k)
-                self._sk = insert_at(self._sk[:n_old], at, k)
-                self._sr = insert_at(self._sr[:n_old], at, r)
-                self._se = insert_at(self._se[:n_old], at, e)
-            self._n_sorted = n
+            n_old = self._n_sorted
+            at = np.searchsorted(self._sk[:n_old], k)
+            self._sk = insert_at(self._sk[:n_old], at, k)
+            self._sr = insert_at(self._sr[:n_old], at, r)
+            self._se = insert_at(self._se[:n_old], at, e)
+            self._n_sorted = n_old + k.shape[0]
         n = self._n_sorted
         return self._sk[:n], self._sr[:n], self._se[:n]
 
     def rebuild(self, current_epoch: npt.NDArray[np.int32]) -> None:
         """Merge the delta into the sorted part and drop stale entries."""
-        # The delta's sorted part and raw lists: everything is sorted once below.
-        n = self._n_sorted
+        # The delta's sorted part and unsorted entries: everything is sorted once below.
+        n = self._n_sorted + self._n_pending
         keys = np.concatenate([self.keys, self._sk[:n], *self._dk])
         rows = np.concatenate([self.rows, self._sr[:n], *self._dr])
         eps = np.concatenate([self.row_epochs[self.rows], self._se[:n], *self._de])
@@ -208,6 +234,7 @@ class Postings:
         del keys, rows, order
         self._dk, self._dr, self._de = [], [], []
         self._n_sorted = 0  # the buffers stay, for the next delta
+        self._n_pending = 0
         self.n_delta = 0
         self.n_stale = 0
         self._present = _filter_of(self.keys)

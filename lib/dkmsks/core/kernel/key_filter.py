@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 
 from dkmsks.core.jit import _jit
-from dkmsks.core.model import Int64Array
 
-__all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "filter_set"]
+__all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2"]
 
 #: The postings' key filter (:class:`~dkmsks.core.postings.Postings`): bits of a slot
 #: index and the multipliers of its two hashes. The filter is blocked: the first hash picks
@@ -40,7 +39,8 @@ def _filtered(present: Any, key: Any) -> bool:
 
 @_jit
 def _filter_set(bits: Any, keys: Any) -> None:
-    """Set both filter slots of each of ``keys`` (postings._filter_set's bits, one loop)."""
+    """Set both filter slots of each of ``keys`` (postings._filter_set's bits, one loop; called by
+    :func:`~dkmsks.core.kernel.merge.delta_append`)."""
     seven = np.uint64(7)
     three = np.uint64(3)
     one = np.uint64(1)
@@ -50,8 +50,3 @@ def _filter_set(bits: Any, keys: Any) -> None:
         b = (a & _BLOCK_BASE) | ((u * FILTER_MUL2) >> _BLOCK_SHIFT)
         bits[a >> three] |= np.uint8(one << (a & seven))
         bits[b >> three] |= np.uint8(one << (b & seven))
-
-
-def filter_set(bits: Any, keys: Int64Array) -> None:
-    """Set the key filter's slots of ``keys`` in the packed filter ``bits`` (compiled)."""
-    _filter_set(bits, np.ascontiguousarray(keys, dtype=np.int64))

@@ -10,13 +10,17 @@ import numpy as np
 
 from dkmsks.core.jit import _jit
 from dkmsks.core.kernel.common import _enters
+from dkmsks.core.kernel.key_filter import _filter_set
 from dkmsks.core.kernel.probe import _radix_order
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["merge_accepted", "merge_sorted_into"]
+__all__ = ["delta_append", "merge_accepted", "merge_pending"]
 
 @_jit
 def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs):  # noqa: ANN001, ANN202
+    # Merge sorted entries (new_keys, new_rows, new_epochs) into the first n_old (sorted) entries
+    # of keys/rows/epochs, which have room for them, in place; a new entry goes before the old
+    # entries of an equal key (the order np.searchsorted's left side gives the numpy path).
     # From the back: each entry is moved once and nothing is overwritten before it is read;
     # once the new entries are placed, the old ones left are in place already.
     i = n_old - 1
@@ -36,15 +40,50 @@ def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs
         o -= 1
 
 
-def merge_sorted_into(keys: Int64Array, rows: Any, epochs: Any, n_old: int, new_keys: Int64Array, new_rows: Any,
-                      new_epochs: Any) -> None:
-    """Merge sorted entries ``(new_keys, new_rows, new_epochs)`` into the first ``n_old``
-    (sorted) entries of ``keys``/``rows``/``epochs``, which have room for them, in place; a new
-    entry goes before the old entries of an equal key (the order ``np.searchsorted``'s left
-    side gives the reference path)."""
-    if keys.shape[0] < n_old + new_keys.shape[0]:
-        raise ValueError(f"no room: {keys.shape[0]} entries for {n_old} + {new_keys.shape[0]}")
+@_jit
+def _delta_append(keys, rows, epochs, at, new_keys, new_rows, new_epochs, present):  # noqa: ANN001, ANN202
+    _filter_set(present, new_keys)
+    for i in range(new_keys.shape[0]):
+        keys[at + i] = new_keys[i]
+        rows[at + i] = new_rows[i]
+        epochs[at + i] = new_epochs[i]
+
+
+def delta_append(keys: Int64Array, rows: Any, epochs: Any, at: int, new_keys: Int64Array, new_rows: Any,
+                 new_epochs: Any, present: Any) -> None:
+    """Write new postings' entries at position ``at`` of the delta's buffers (which have room
+    for them; the rows and epochs as int32) and set their bits in the key filter ``present``:
+    :meth:`~dkmsks.core.postings.Postings.insert` in one compiled call."""
+    if keys.shape[0] < at + new_keys.shape[0]:
+        raise ValueError(f"no room: {keys.shape[0]} entries for {at} + {new_keys.shape[0]}")
+    _delta_append(keys, rows, epochs, at, np.ascontiguousarray(new_keys, dtype=np.int64), new_rows, new_epochs,
+                  present)
+
+
+@_jit
+def _merge_pending(keys, rows, epochs, n_old, n_new):  # noqa: ANN001, ANN202
+    # The new entries are copied out (their place is the merge's room), put in key order by a
+    # stable sort (the numpy path's np.argsort(kind="stable") order: the same arrays), merged in.
+    order = np.argsort(keys[n_old:n_old + n_new], kind="mergesort")
+    new_keys = np.empty(n_new, dtype=keys.dtype)
+    new_rows = np.empty(n_new, dtype=rows.dtype)
+    new_epochs = np.empty(n_new, dtype=epochs.dtype)
+    for i in range(n_new):
+        j = n_old + order[i]
+        new_keys[i] = keys[j]
+        new_rows[i] = rows[j]
+        new_epochs[i] = epochs[j]
     _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs)
+
+
+def merge_pending(keys: Int64Array, rows: Any, epochs: Any, n_old: int, n_new: int) -> None:
+    """Sort the ``n_new`` entries that follow the first ``n_old`` (sorted) entries of the delta's
+    buffers by key, stably, and merge them in place (a new entry before the old ones of an
+    equal key: the order ``np.searchsorted``'s left side gives the numpy path): the delta's
+    sort in one compiled call."""
+    if keys.shape[0] < n_old + n_new:
+        raise ValueError(f"no room: {keys.shape[0]} entries for {n_old} + {n_new}")
+    _merge_pending(keys, rows, epochs, n_old, n_new)
 
 
 @_jit

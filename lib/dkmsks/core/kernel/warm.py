@@ -7,9 +7,7 @@ from typing import Any
 import numpy as np
 
 from dkmsks.core.jit import kernel_name
-from dkmsks.core.kernel.key_filter import filter_set
 from dkmsks.core.kernel.lookup import _COLD_KEYS, lookup_accept
-from dkmsks.core.kernel.merge import merge_sorted_into
 from dkmsks.core.kernel.probe import SortedProbe
 
 __all__ = ["warm_up"]
@@ -35,10 +33,6 @@ def warm_up(requested: str | None = None) -> None:
     index: Any = worker.index  # a GridIndex: its postings and epochs
     # The postings of balls alone (GridIndex.entries; adding and re-indexing ran above).
     index.entries(worker.state, np.zeros(1, dtype=np.int64))
-    filter_set(np.zeros(64, dtype=np.uint8), np.zeros(1, dtype=np.int64))
-    one32 = np.zeros(1, dtype=np.int32)
-    merge_sorted_into(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32), 1,
-                      np.ones(1, dtype=np.int64), one32, one32)
     # A batch-sized plain probe takes _lookup_warm (a key without postings: nothing changes).
     many = np.full(_COLD_KEYS + 1, -1, dtype=np.int64)
     lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
