@@ -284,3 +284,42 @@ def test_grid_probe_identical_inside_and_outside(levels: str, layout: dict, rng:
                           for k in ("numba", "numpy"))
     assert ka.shape[0] > 3 * n
     assert np.array_equal(ka, kb) and np.array_equal(oa, ob)
+
+
+@pytest.mark.parametrize(("levels", "layout"), [("pyramid", lay) for lay in LAYOUTS] + [("flat", {})])
+def test_grid_sorted_probe_is_the_sorted_form_of_the_probe(levels: str, layout: dict,
+                                                            rng: np.random.Generator) -> None:
+    """The grid's probe sorted directly (by keyword once, then by cell per level) gives the
+    arrays SortedProbe.of gives for the probe, key for key and owner for owner: many objects
+    sharing cells and keywords (equal keys, owners in their order), objects on the space's
+    edges, keyword ids of up to 2^31 - 1, objects without keywords; with an object outside the
+    space it declines and the index's sorted probe takes the general path (the same arrays)."""
+    from dkmsks.core import kernel
+
+    space = Rect(0.0, 0.0, 100.0, 50.0)
+    n = 600
+    # The space's far edges belong to the outside lattice (cell G): the last inside values.
+    x_top, y_top = np.nextafter(100.0, 0.0), np.nextafter(50.0, 0.0)
+    x = np.concatenate([rng.uniform(0, 100, 500), [0.0, x_top, 0.0, x_top], rng.uniform(40, 41, 96)])
+    y = np.concatenate([rng.uniform(0, 50, 500), [0.0, y_top, y_top, 0.0], rng.uniform(20, 21, 96)])
+    lists = [rng.choice(30, int(rng.integers(0, 5)), replace=False).tolist() for _ in range(n)]
+    lists[7] = [2**31 - 1, 5, 70_000]
+    kws = KeywordSets.from_lists(lists)
+    objects = Objects(np.arange(n, dtype=np.int64), x, y, kws, np.ones(n, dtype=np.int64))
+    index = GridIndex(space, 64, levels=levels, kernel="numba", **layout)
+    expected = SortedProbe.of(*index.probe(objects))
+    direct = kernel.grid_sorted_probe(index, objects, lattice_limit=1 << 40, kw_bits=32)
+    assert direct is not None
+    assert np.diff(expected.ptr).max() > 3  # keys asked for by several objects
+    for got in (direct, index.sorted_probe(objects)):
+        for name in ("keys", "ptr", "owners"):
+            assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+    outside = Objects(np.arange(3, dtype=np.int64), np.array([5.0, 150.0, 7.0]), np.array([5.0, 5.0, 7.0]),
+                      KeywordSets.from_lists([[1], [1, 2], [2]]), np.ones(3, dtype=np.int64))
+    assert kernel.grid_sorted_probe(index, outside, lattice_limit=1 << 40, kw_bits=32) is None
+    expected = SortedProbe.of(*index.probe(outside))
+    got = index.sorted_probe(outside)
+    assert all(np.array_equal(getattr(got, a), getattr(expected, a)) for a in ("keys", "ptr", "owners"))
+    empty = objects.take(np.zeros(0, dtype=np.int64))
+    got = kernel.grid_sorted_probe(index, empty, lattice_limit=1 << 40, kw_bits=32)
+    assert got is not None and got.keys.shape[0] == 0 and got.ptr.tolist() == [0]

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.unit
 #: stay empty).
 ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_merge_accepted"),
                  ("grid", "_grid_entries"), ("grid", "_grid_reindex"), ("grid", "_grid_probe"),
+                 ("grid", "_grid_sorted_probe"),
                  ("probe", "_sorted_form"), ("merge", "_delta_append"), ("merge", "_merge_pending"))
 INNER_KERNELS = (("merge", "_merge_sorted_into"), ("key_filter", "_filter_set"), ("lookup", "_test_entries"),
                  ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
@@ -25,7 +26,8 @@ INNER_KERNELS = (("merge", "_merge_sorted_into"), ("key_filter", "_filter_set"),
                  ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),
                  ("lookup", "_prefetch_held"), ("common", "_enters"), ("key_filter", "_filtered"),
                  ("lookup", "_gallop"), ("common", "_grow"), ("lookup", "_grow_pairs"), ("grid", "_lattice"),
-                 ("grid", "_outside_id"), ("grid", "_first_level"), ("probe", "_radix_order"))
+                 ("grid", "_outside_id"), ("grid", "_first_level"), ("probe", "_radix_order"),
+                 ("grid", "_stable_by"), ("grid", "_bits"))
 #: The package's modules, each holding some of the kernels above.
 KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid", "warm")
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.

@@ -407,8 +407,9 @@ class Worker:
         when the index kind probes with the worker's own keys (SOP, PS²Stream)."""
         if not (len(objects) and self.index.shared_probe):
             return None
-        probe = self.index.probe(objects)
-        return SortedProbe.of(*probe) if self.kernel == "numba" else probe
+        if self.kernel == "numba":
+            return self.index.sorted_probe(objects)
+        return self.index.probe(objects)
 
     def process_stepwise(self, objects: Objects, through: int | None = None,
                          probe: Probe | None = None) -> Iterator[StepStats]:

@@ -128,6 +128,9 @@ class WorkerIndex(Protocol):
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """The probe keys of ``objects`` and the object of each."""
 
+    def sorted_probe(self, objects: Objects) -> kernel.SortedProbe:
+        """:meth:`probe` in the sorted form workers built alike share (:class:`kernel.SortedProbe`)."""
+
     def lookup_accept(
         self, state: KnnState, objects: Objects, probe: kernel.Probe | None = None
     ) -> tuple[Int64Array, Int64Array, Float64Array, Int64Array, Int64Array]:
@@ -177,6 +180,10 @@ class _PostingsIndex:
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """The keys ``objects`` look up and the object index of each; each kind defines its own."""
         raise NotImplementedError
+
+    def sorted_probe(self, objects: Objects) -> kernel.SortedProbe:
+        """:meth:`probe` in the sorted form workers built alike share (:class:`kernel.SortedProbe`)."""
+        return kernel.SortedProbe.of(*self.probe(objects))
 
     def _ensure(self, n: int) -> None:
         if n <= self.epoch.shape[0]:
@@ -761,6 +768,15 @@ class GridIndex(_PostingsIndex):
         if redo.shape[0]:
             self._invalidate(redo)
             self.add(state, redo)
+
+    def sorted_probe(self, objects: Objects) -> kernel.SortedProbe:
+        """:meth:`probe` in its sorted form; under numba built directly (the same arrays) when
+        every object lies inside the data space (:func:`kernel.grid_sorted_probe`)."""
+        if self.kernel == "numba":
+            probe = kernel.grid_sorted_probe(self, objects, lattice_limit=_LATTICE_LIMIT, kw_bits=_KW_BITS)
+            if probe is not None:
+                return probe
+        return super().sorted_probe(objects)
 
     def probe(self, objects: Objects) -> tuple[Int64Array, Int64Array]:
         """Each object's cell at every level, under each of its keywords."""

@@ -29,7 +29,8 @@ def warm_up(requested: str | None = None) -> None:
                              np.array([1, 1], dtype=np.int32), np.zeros(2, dtype=np.int64)))
     objects = Objects(np.array([10, 11]), np.array([0.25, 0.7]), np.array([0.25, 0.7]), kws, np.ones(2, dtype=np.int64))
     worker.process(objects)
-    worker.process(objects, SortedProbe.of(*worker.index.probe(objects)))  # a replay: no change
+    worker.process(objects, worker.shared_probe(objects))  # a replay: no change (the grid's sorted probe)
+    SortedProbe.of(*worker.index.probe(objects))  # the general sorted form (KOP, objects outside the space)
     index: Any = worker.index  # a GridIndex: its postings and epochs
     # The postings of balls alone (GridIndex.entries; adding and re-indexing ran above).
     index.entries(worker.state, np.zeros(1, dtype=np.int64))
