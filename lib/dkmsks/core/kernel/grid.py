@@ -10,7 +10,7 @@ import numpy as np
 
 from dkmsks.core.jit import _jit
 from dkmsks.core.kernel.common import _grow
-from dkmsks.core.kernel.probe import SortedProbe
+from dkmsks.core.kernel.probe import SortedProbe, _bits, _stable_by
 from dkmsks.core.model import Int64Array
 
 __all__ = ["grid_entries", "grid_probe", "grid_reindex", "grid_sorted_probe"]
@@ -262,46 +262,6 @@ def grid_probe(
         owner, kw, objects.x, objects.y, index.level_array, int(index.top), int(index.G),
         index._offset, float(sp.xmin), float(sp.ymin), float(index.cw), float(index.ch),  # noqa: SLF001
         int(lattice_limit), int(kw_bits))
-
-
-#: Bits of a digit of :func:`_stable_by`: 2,048 counters (16 KiB) stay in L1.
-_PASS_BITS = 11
-
-
-@_jit
-def _bits(v: int) -> int:
-    """The number of bits of non-negative ``v`` (0 for 0)."""
-    b = 0
-    while v > 0:
-        v >>= 1
-        b += 1
-    return b
-
-
-@_jit
-def _stable_by(values: Any, order: Any, n_bits: int) -> Any:
-    """``order`` stably re-sorted by ``values[order]`` (non-negative, below ``2^n_bits``): one
-    counting pass per ``_PASS_BITS`` bits, least significant first."""
-    n = order.shape[0]
-    radix = 1 << _PASS_BITS
-    count = np.empty(radix, dtype=np.int64)
-    order = order.copy()  # the caller's order is read again (each level starts from it)
-    out = np.empty(n, dtype=np.int64)
-    for shift in range(0, n_bits, _PASS_BITS):
-        count[:] = 0
-        for i in range(n):
-            count[(values[order[i]] >> shift) & (radix - 1)] += 1
-        total = 0
-        for d in range(radix):
-            c = count[d]
-            count[d] = total
-            total += c
-        for i in range(n):
-            d = (values[order[i]] >> shift) & (radix - 1)
-            out[count[d]] = order[i]
-            count[d] += 1
-        order, out = out, order
-    return order
 
 
 @_jit

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _jit
+from dkmsks.core.jit import _jit, _prefetch
 from dkmsks.core.kernel.common import _enters
 from dkmsks.core.kernel.key_filter import _filter_set
-from dkmsks.core.kernel.probe import _radix_order
+from dkmsks.core.kernel.probe import _bits, _stable_by
 from dkmsks.core.model import Float64Array, Int64Array
 
 __all__ = ["delta_append", "merge_accepted", "merge_pending"]
@@ -86,13 +86,32 @@ def merge_pending(keys: Int64Array, rows: Any, epochs: Any, n_old: int, n_new: i
     _merge_pending(keys, rows, epochs, n_old, n_new)
 
 
+#: How many accepted pairs ahead :func:`_merge_accepted` asks for a pair's row of the state.
+_MERGE_AHEAD = 16
+
+
 @_jit
 def _merge_accepted(s_ids, s_d2, s_k, all_rows, all_oid, all_d2):  # noqa: ANN001
     # Only pairs inside the row's ball as it stands can land or count (merge_accepted's doc);
     # in a catch-up round most are not (docs/benchmarks.md), so they go before the sort.
     inside = np.empty(all_rows.shape[0], dtype=np.int64)
     n = 0
-    for i in range(all_rows.shape[0]):
+    K = s_ids.shape[1]
+    flat_ids = s_ids.reshape(-1)
+    flat_d2 = s_d2.reshape(-1)
+    n_all = all_rows.shape[0]
+    row_max = 0
+    for i in range(n_all):
+        # The rows' lines are asked for _MERGE_AHEAD pairs ahead: the pairs come in the lookup's
+        # order, their rows scattered over the state, and each test waits for k, then the k-th
+        # result; the per-row merge below then finds the same lines in cache.
+        if i + _MERGE_AHEAD < n_all:
+            ahead = all_rows[i + _MERGE_AHEAD]
+            _prefetch(s_k, ahead)
+            _prefetch(flat_ids, ahead * K)
+            _prefetch(flat_ids, ahead * K + K - 1)
+            _prefetch(flat_d2, ahead * K)
+            _prefetch(flat_d2, ahead * K + K - 1)
         row = all_rows[i]
         kk = s_k[row] - 1
         kid = s_ids[row, kk]
@@ -100,13 +119,14 @@ def _merge_accepted(s_ids, s_d2, s_k, all_rows, all_oid, all_d2):  # noqa: ANN00
         if _enters(all_d2[i], all_oid[i], kd2, kid):
             inside[n] = i
             n += 1
+            row_max = max(row_max, row)
     rows, oid, d2 = all_rows[inside[:n]], all_oid[inside[:n]], all_d2[inside[:n]]
-    # Any order of a row's pairs will do (each row's group is sorted by (d², id) below). The
-    # probe's radix sort, not numba's quicksort: its partitions are calls taking the arrays, two
-    # atomic reference counts each (the radix sort took ~15 % less of this kernel on one-timestamp
-    # merges at 1M/1M; the quicksort had taken ~20 % less than the mergesort; docs/benchmarks.md).
-    order = _radix_order(rows)
-    K = s_ids.shape[1]
+    # Any order of a row's pairs will do (each row's group is sorted by (d², id) below). A radix
+    # sort, not numba's quicksort: its partitions are calls taking the arrays, two atomic
+    # reference counts each (the probe's radix sort took ~15 % less of this kernel on
+    # one-timestamp merges at 1M/1M; the quicksort had taken ~20 % less than the mergesort;
+    # docs/benchmarks.md); over the rows' own bits only (a worker's rows need two passes).
+    order = _stable_by(rows, np.arange(n), _bits(row_max))
     new_ids = np.empty(K, dtype=np.int64)
     new_d2 = np.empty(K, dtype=np.float64)
     g_oid = np.empty(max(n, 1), dtype=np.int64)
