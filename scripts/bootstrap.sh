@@ -38,7 +38,7 @@ if [ ! -f "$jars/.complete" ]; then
   fi
 fi
 
-# The worker kernels, compiled into numba's cache (lib/dkmsks/core/__pycache__) unless it holds
-# them for this source already (then a load, ~1 s): the first Spark job's worker processes then
+# The worker kernels, compiled into numba's cache (lib/dkmsks/core/__pycache__/numba-<digest of the
+# core's sources>, dkmsks.core.jit) unless it holds them for this source already (then a load, ~1 s): the first Spark job's worker processes then
 # load them instead of each compiling them at once (~12 s of CPU each on a cold cache).
 .venv/bin/python -c "from dkmsks.core.kernel import warm_up; warm_up()"

@@ -15,8 +15,9 @@ __all__ = ["warm_up"]
 def warm_up(requested: str | None = None) -> None:
     """Compile (or load from numba's cache) every kernel by running a tiny worker through one
     insertion, one re-index and one update, and a tiny main server's count: a process's first
-    timestamp then pays no compile time (a cold compile takes ~10 s; the image build runs this
-    once, docs/deployment.md).
+    timestamp then pays no compile time (a cold compile took 48 s on the 2-core Intel VM at
+    `7459cd5`; the image build runs this once, docs/deployment.md; the cache is named by the
+    core's sources, :data:`dkmsks.core.jit.CORE_DIGEST`).
     Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
     if kernel_name(requested) != "numba":
         return
