@@ -79,37 +79,38 @@ def test_the_kernel_cache_is_named_by_the_core_sources(tmp_path: Path) -> None:
     """The cache directory is named by a digest of every source of the core (numba checks only a
     cached function's own file), so that a change anywhere in it (a kernel called from
     another file, a module constant) cannot load stale compiled code."""
-    from dkmsks.core import jit
+    from dkmsks import numba_cache
 
     tree = tmp_path / "core"
     (tree / "kernel").mkdir(parents=True)
     (tree / "jit.py").write_text("A = 1\n")
     (tree / "kernel" / "probe.py").write_text("B = 11\n")
     (tree / "notes.txt").write_text("not a source")
-    first = jit.source_digest(tree)
+    first = numba_cache.source_digest(tree)
     (tree / "notes.txt").write_text("changed, still not a source")
-    assert jit.source_digest(tree) == first
+    assert numba_cache.source_digest(tree) == first
     (tree / "kernel" / "probe.py").write_text("B = 1\n")  # one constant in a file the caller does not live in
-    assert jit.source_digest(tree) not in (first, "")
+    assert numba_cache.source_digest(tree) not in (first, "")
     (tree / "kernel" / "probe.py").write_text("B = 11\n")
-    assert jit.source_digest(tree) == first
+    assert numba_cache.source_digest(tree) == first
     (tree / "kernel" / "probe.py").rename(tree / "kernel" / "grid.py")
-    assert jit.source_digest(tree) != first
+    assert numba_cache.source_digest(tree) != first
 
-    core = Path(jit.__file__).resolve().parent
-    assert jit.cache_dir(None, "abc") == str(core / "__pycache__" / "numba-abc")
-    assert jit.cache_dir("/var/cache/x", "abc") == "/var/cache/x/numba-abc"
-    assert jit.cache_dir("/var/cache/x/numba-abc", "abc") == "/var/cache/x/numba-abc"  # a child process's
-    # A fresh interpreter, with and without a base given: numba's cache directory (config and
-    # environment, which numba re-reads) is the one named by the digest of the sources as they are.
-    script = ("import os, numba; from dkmsks.core import jit; "
-              "print(numba.config.CACHE_DIR, os.environ['NUMBA_CACHE_DIR'])")
-    digest = jit.source_digest(core)
-    for base, want in ((str(tmp_path / "base"), str(tmp_path / "base" / f"numba-{digest}")),
-                       (None, str(core / "__pycache__" / f"numba-{digest}"))):
-        env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-        if base is not None:
-            env["NUMBA_CACHE_DIR"] = base
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env,
-                             timeout=120)
-        assert out.stdout.split() == [want, want], out.stdout + out.stderr
+    core = numba_cache.CORE
+    assert numba_cache.cache_dir(None, "abc") == str(core / "__pycache__" / "numba-abc")
+    assert numba_cache.cache_dir("/var/cache/x", "abc") == "/var/cache/x/numba-abc"
+    assert numba_cache.cache_dir("/var/cache/x/numba-abc", "abc") == "/var/cache/x/numba-abc"  # a child process's
+    # Fresh interpreters, with and without a base given, numba imported after the package or
+    # before it: numba's cache directory (its configuration, and the environment it re-reads)
+    # is the one named by the digest of the sources as they are.
+    digest = numba_cache.source_digest(core)
+    show = "print(numba.config.CACHE_DIR, os.environ['NUMBA_CACHE_DIR'])"
+    for first in ("from dkmsks.core import jit; import numba", "import numba; from dkmsks.core import jit"):
+        for base, want in ((str(tmp_path / "base"), str(tmp_path / "base" / f"numba-{digest}")),
+                           (None, str(core / "__pycache__" / f"numba-{digest}"))):
+            env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+            if base is not None:
+                env["NUMBA_CACHE_DIR"] = base
+            out = subprocess.run([sys.executable, "-c", f"import os; {first}; {show}"], capture_output=True,
+                                 text=True, check=True, env=env, timeout=120)
+            assert out.stdout.split() == [want, want], first + out.stdout + out.stderr

@@ -8,55 +8,18 @@ an import cycle."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
 from typing import Any
 
-__all__ = ["CORE_DIGEST", "HAVE_NUMBA", "KERNELS", "cache_dir", "kernel_name", "source_digest"]
+__all__ = ["HAVE_NUMBA", "KERNELS", "kernel_name"]
 
 #: The kernel names :func:`kernel_name` accepts.
 KERNELS = ("numba", "numpy")
 
-
-def source_digest(root: Path) -> str:
-    """A digest of every Python source under ``root``: their paths and contents."""
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
-def cache_dir(base: str | None, digest: str) -> str:
-    """Where numba's cache of a core with sources of ``digest`` goes: ``base/numba-<digest>``,
-    ``base`` being ``NUMBA_CACHE_DIR`` or else the core's ``__pycache__`` (a ``base`` named for
-    this digest already, as a child process inherits it, is kept)."""
-    name = f"numba-{digest}"
-    if not base:
-        return str(Path(__file__).resolve().parent / "__pycache__" / name)
-    return base if Path(base).name == name else str(Path(base) / name)
-
-
-#: The digest of the core's sources (this package: every compiled function and all it calls or
-#: reads). numba keys a cached function by its own file's time stamp alone and bakes in the
-#: module constants it read: after a change to a kernel or a constant in another file, the
-#: functions using it would load stale from the cache, silently (numba's documented limits of
-#: caching). Its cache therefore lives in a directory named by this digest: any change to the
-#: core compiles afresh (seen here: a kernel's sort cut to one pass in `core/kernel/probe.py`
-#: passed the tests against the cache, and failed six of them against a fresh one).
-CORE_DIGEST = source_digest(Path(__file__).resolve().parent)
-
 try:  # numba is pinned in requirements.lock; the numpy path remains the reference without it
+    # Its cache directory is named by the core's sources (dkmsks.numba_cache, set on importing
+    # the package, before this module: the core reads no files).
     import numba
 
-    # Set before any function is compiled (each takes its cache's place when decorated), and in
-    # the environment too: numba re-reads it before each compilation, and child processes (Spark's
-    # Python workers) inherit it.
-    os.environ["NUMBA_CACHE_DIR"] = cache_dir(os.environ.get("NUMBA_CACHE_DIR"), CORE_DIGEST)
-    numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # type: ignore[attr-defined]
     _jit: Any = numba.njit(cache=True, nogil=True)
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only on a machine without numba

@@ -17,7 +17,7 @@ def warm_up(requested: str | None = None) -> None:
     insertion, one re-index and one update, and a tiny main server's count: a process's first
     timestamp then pays no compile time (a cold compile took 48 s on the 2-core Intel VM at
     `7459cd5`; the image build runs this once, docs/deployment.md; the cache is named by the
-    core's sources, :data:`dkmsks.core.jit.CORE_DIGEST`).
+    core's sources, :mod:`dkmsks.numba_cache`).
     Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
     if kernel_name(requested) != "numba":
         return
