@@ -269,6 +269,36 @@ def test_grid_reindex_identical_to_the_numpy_path(layout: dict, rng: np.random.G
     assert reposted > 50 and indexes["numpy"].postings.n_stale > 0  # rows were re-posted, entries made stale
 
 
+def test_forget_identical_to_the_numpy_path_also_beyond_the_indexed_rows() -> None:
+    """The compiled forget (epochs bumped, entry counts zeroed, the stale count raised) writes
+    what the numpy path writes, and hands rows beyond the per-row arrays to it (they grow)."""
+    space = Rect(0.0, 0.0, 10.0, 10.0)
+    n = 40
+    kws = KeywordSets.from_lists([[i % 5, 7] for i in range(n)])
+    subs = Subscriptions(np.arange(n, dtype=np.int64), np.linspace(0, 10, n), np.linspace(10, 0, n), kws,
+                         np.ones(n, dtype=np.int32), np.zeros(n, dtype=np.int64))
+    state = KnnState(width=1)
+    rows = state.add(subs, (np.full((n, 1), 3), np.full((n, 1), 0.5)))
+    indexes = {kn: GridIndex(space, 16, kernel=kn) for kn in ("numba", "numpy")}
+    gone = rows[[3, 17, 8]]
+    for index in indexes.values():
+        index.add(state, rows)
+    held = int(indexes["numpy"].row_entries[gone].sum())
+    for index in indexes.values():
+        index.forget(gone)
+    a, b = (_index_arrays(index) for index in indexes.values())
+    assert all(np.array_equal(a[name], b[name]) for name in a)
+    assert held >= 6 and a["n_stale"][0] == held
+    assert a["epoch"][gone].tolist() == [1, 1, 1] and a["row_entries"][gone].tolist() == [0, 0, 0]
+    held += int(a["row_entries"][2])
+    beyond = np.array([a["epoch"].shape[0] + 5, 2], dtype=np.int64)
+    for index in indexes.values():
+        index.forget(beyond)
+    a, b = (_index_arrays(index) for index in indexes.values())
+    assert all(np.array_equal(a[name], b[name]) for name in a)
+    assert a["epoch"].shape[0] > beyond[0] and a["epoch"][beyond].tolist() == [1, 1] and a["n_stale"][0] == held
+
+
 @pytest.mark.parametrize(("levels", "layout"), [("pyramid", lay) for lay in LAYOUTS] + [("flat", {})])
 def test_grid_probe_identical_inside_and_outside(levels: str, layout: dict, rng: np.random.Generator) -> None:
     """The compiled probe (each object's cell at every level under each keyword) equals the

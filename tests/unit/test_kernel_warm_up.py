@@ -21,7 +21,8 @@ pytestmark = pytest.mark.unit
 ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_merge_accepted"),
                  ("grid", "_grid_entries"), ("grid", "_grid_reindex"), ("grid", "_grid_probe"),
                  ("grid", "_grid_sorted_probe"),
-                 ("probe", "_sorted_form"), ("merge", "_delta_append"), ("merge", "_merge_pending"))
+                 ("probe", "_sorted_form"), ("merge", "_delta_append"), ("merge", "_merge_pending"),
+                 ("merge", "_invalidate_rows"))
 INNER_KERNELS = (("merge", "_merge_sorted_into"), ("key_filter", "_filter_set"), ("lookup", "_test_entries"),
                  ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
                  ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
@@ -35,9 +36,11 @@ KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid", "w
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
                   ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))
-#: A worker state's compiled sub id -> row map (dkmsks.core.sub_map) that Python calls.
+#: A worker state's compiled sub id -> row map (dkmsks.core.sub_map) and row writes
+#: (dkmsks.core.knn_state_kernel) that Python calls.
 STATE_KERNELS = (("sub_map", "_hash_rows_of"), ("sub_map", "_hash_insert"), ("sub_map", "_hash_pop"),
-                 ("sub_map", "_hash_rehash"))
+                 ("sub_map", "_hash_rehash"), ("sub_map", "_hash_first_mapped"), ("knn_state_kernel", "check_batch"),
+                 ("knn_state_kernel", "write_rows"), ("knn_state_kernel", "clear_rows"))
 
 
 def test_every_worker_kernel_is_jitted() -> None:
@@ -65,7 +68,7 @@ def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
         "kernel.warm_up()\n"
         f"missing = [f'{{m}}.{{n}}' for m, n in {ENTRY_KERNELS!r}\n"
         "           if not getattr(importlib.import_module(f'dkmsks.core.kernel.{m}'), n).signatures]\n"
-        "from dkmsks.core import stats_kernel, sub_map\n"
+        "from dkmsks.core import knn_state_kernel, stats_kernel, sub_map\n"
         "from dkmsks.core.partition import new_book\n"
         f"missing += [f'{{m}}.{{n}}' for m, n in {SERVER_KERNELS + STATE_KERNELS!r}\n"
         "            if not getattr(globals()[m], n).signatures]\n"

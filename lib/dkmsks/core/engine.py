@@ -46,7 +46,7 @@ from dkmsks.core.model import (
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
 from dkmsks.core.postings import DEFAULT_BUDGET
-from dkmsks.core.protocol import add_insertions, remove_deletions, route_deletions, route_insertions
+from dkmsks.core.protocol import insertions_by_worker, remove_deletions, route_deletions, route_insertions
 from dkmsks.core.update import Worker
 from dkmsks.core.worker_index import DEFAULT_GRID
 
@@ -278,12 +278,14 @@ class Engine:
             self._initial_t = None
         c0 = clock()
         routed_ins = route_insertions(self.assigner, t, insertions)
+        # Handing each worker its part is the main server's work here.
+        parts = list(insertions_by_worker(routed_ins))
         server_ins = clock() - c0
         ins_wt = np.zeros(m)
-        for w in np.unique(routed_ins.workers).tolist():
+        for w, subs in parts:
             c0 = clock()
             # A new subscription starts with an empty result (docs/design.md §1).
-            add_insertions(self.workers[w], w, routed_ins)
+            self.workers[w].add(subs, None)
             ins_wt[w] = clock() - c0
         time_insert = server_ins + float(ins_wt.max())
 

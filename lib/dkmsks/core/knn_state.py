@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.jit import kernel_name
+from dkmsks.core.knn_state_kernel import check_batch, clear_rows, write_rows
 from dkmsks.core.model import (
     Float64Array,
     Int32Array,
@@ -127,7 +128,9 @@ class KnnState:
         self.kw_pool = np.zeros(max(capacity, 16), dtype=np.int32)
         self._kw_used = 0
         self._kw_live = 0
-        self._free: list[Int64Array] = []  # stacks of free rows (below n_rows)
+        # Free rows (below n_rows) are _free[:_n_free], each freed batch pushed in descending
+        # order; insertions take rows from the top (the last freed first).
+        self._free = np.zeros(16, dtype=np.int64)
         self._n_free = 0
         # sub id -> row of every live subscription (not of retiring rows). The hash table's key
         # of a row is sub_id[row]: an id is unmapped before its row's sub_id is cleared or reused.
@@ -236,25 +239,25 @@ class KnnState:
         self._kw_live = self._kw_used
 
     def _take_rows(self, n: int) -> Int64Array:
-        """``n`` rows for new subscriptions: recycled free rows first, then fresh ones."""
-        out: list[Int64Array] = []
-        need = n
-        while need > 0 and self._free:
-            block = self._free[-1]
-            if block.shape[0] <= need:
-                out.append(block)
-                self._free.pop()
-                need -= block.shape[0]
-            else:
-                out.append(block[-need:])
-                self._free[-1] = block[:-need]
-                need = 0
-        self._n_free -= n - need
-        if need > 0:
-            self._grow_rows(self.n_rows + need)
-            out.append(np.arange(self.n_rows, self.n_rows + need, dtype=np.int64))
-            self.n_rows += need
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        """``n`` rows for new subscriptions: free rows from the top of the stack first, then
+        fresh ones."""
+        m = min(n, self._n_free)
+        taken = self._free[self._n_free - m : self._n_free][::-1]
+        self._n_free -= m
+        if m == n:
+            return taken.copy()
+        self._grow_rows(self.n_rows + n - m)
+        fresh = np.arange(self.n_rows, self.n_rows + n - m, dtype=np.int64)
+        self.n_rows += n - m
+        return np.concatenate([taken, fresh])
+
+    def _room_to_free(self, n: int) -> None:
+        """Make room for ``n`` more rows on the free-row stack."""
+        need = self._n_free + n
+        if need > self._free.shape[0]:
+            free = np.zeros(max(need, 2 * self._free.shape[0]), dtype=np.int64)
+            free[: self._n_free] = self._free[: self._n_free]
+            self._free = free
 
     # ------------------------------------------------------------------ add / remove
     def add(
@@ -282,24 +285,28 @@ class KnnState:
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         sid = _id_batch(subs.ids)
-        if has_duplicates(sid):
+        if self.kernel == "numba":  # the checks below in two compiled calls
+            sid = _plain(sid, np.int64)
+            problem, k_max = check_batch(sid, _plain(subs.k, np.int32))
+            duplicate, mapped, small = problem == 1, self._map.first_mapped(sid, self.sub_id) >= 0, problem == 2
+        else:
+            duplicate = has_duplicates(sid)
+            mapped = not duplicate and bool(np.any(self.contains(sid)))
+            small = bool(np.any(subs.k < 1))
+            k_max = int(subs.k.max())
+        if duplicate:
             raise ValueError("duplicate subscription ids in one add(); add each id once")
-        if np.any(self.contains(sid)):
+        if mapped:
             dup = sid[self.contains(sid)][:5].tolist()
             raise ValueError(f"subscriptions {dup} are already live on this worker; remove them first")
-        if np.any(subs.k < 1):
+        if small:
             raise ValueError("every subscription needs k >= 1")
-        self._grow_width(int(subs.k.max()))
+        self._grow_width(int(k_max))
         rows = self._take_rows(n)
-        self.sub_id[rows] = sid
-        self.x[rows] = subs.x
-        self.y[rows] = subs.y
-        self.k[rows] = subs.k
-        self.t[rows] = subs.t
-        self.end_t[rows] = NEVER
-        self.in_use[rows] = True
-        self.ids[rows] = -1
-        self.d2[rows] = np.inf
+        if self.kernel == "numba":
+            self._write_compiled(rows, sid, subs)
+        else:
+            self._write(rows, sid, subs)
         if knn is not None:
             kid, kd2 = knn
             kid = np.asarray(kid, dtype=np.int64)
@@ -312,9 +319,35 @@ class KnnState:
             keep = cols < subs.k[:, None]
             self.ids[rows, :w] = np.where(keep, kid[:, :w], -1)
             self.d2[rows, :w] = np.where(keep, kd2[:, :w], np.inf)
-        self._append_keywords(rows, subs.keywords)
         self._map.insert(sid, rows, self.sub_id)  # after sub_id[rows] = sid: the hash table reads it
         return rows
+
+    def _write(self, rows: Int64Array, sid: Int64Array, subs: Subscriptions) -> None:
+        """Register ``subs`` in ``rows`` with empty results (the numpy reference of
+        :func:`~dkmsks.core.knn_state_kernel.write_rows`)."""
+        self.sub_id[rows] = sid
+        self.x[rows] = subs.x
+        self.y[rows] = subs.y
+        self.k[rows] = subs.k
+        self.t[rows] = subs.t
+        self.end_t[rows] = NEVER
+        self.in_use[rows] = True
+        self.ids[rows] = -1
+        self.d2[rows] = np.inf
+        self._append_keywords(rows, subs.keywords)
+
+    def _write_compiled(self, rows: Int64Array, sid: Int64Array, subs: Subscriptions) -> None:
+        """:meth:`_write` as one compiled call, the keyword pool grown beforehand."""
+        kws = subs.keywords
+        n_kw = int(kws.ptr[-1])
+        if self._kw_used + n_kw > self.kw_pool.shape[0]:
+            self._compact_keywords(extra=n_kw)
+        write_rows(rows, sid, _plain(subs.x, np.float64), _plain(subs.y, np.float64), _plain(subs.k, np.int32),
+                   _plain(subs.t, np.int64), _plain(kws.ptr, np.int64), _plain(kws.ids, np.int32), self._kw_used, NEVER,
+                   self.sub_id, self.x, self.y, self.k, self.t, self.end_t, self.in_use, self.ids, self.d2,
+                   self.kw_start, self.kw_len, self.kw_pool)
+        self._kw_used += n_kw
+        self._kw_live += n_kw
 
     def remove(self, sub_ids: npt.ArrayLike, t: int | npt.ArrayLike | None = None) -> Int64Array:
         """Delete subscriptions; returns their rows (ids not live here are ignored).
@@ -361,16 +394,23 @@ class KnnState:
         self.watermark = max(self.watermark, int(t_max))
 
     def _free_rows(self, rows: Int64Array) -> None:
-        self.in_use[rows] = False
-        self.sub_id[rows] = -1
-        self.k[rows] = 0
-        self.ids[rows] = -1
-        self.d2[rows] = np.inf
-        self.end_t[rows] = NEVER
-        self._kw_live -= int(self.kw_len[rows].sum())
-        self.kw_len[rows] = 0
-        self._free.append(np.sort(rows)[::-1].copy())
-        self._n_free += int(rows.shape[0])
+        """Clear the distinct ``rows`` and push them onto the free-row stack."""
+        n = int(rows.shape[0])
+        self._room_to_free(n)
+        if self.kernel == "numba":
+            self._kw_live -= int(clear_rows(rows, NEVER, self.sub_id, self.k, self.end_t, self.in_use, self.ids,
+                                            self.d2, self.kw_len, self._free, self._n_free))
+        else:
+            self.in_use[rows] = False
+            self.sub_id[rows] = -1
+            self.k[rows] = 0
+            self.ids[rows] = -1
+            self.d2[rows] = np.inf
+            self.end_t[rows] = NEVER
+            self._kw_live -= int(self.kw_len[rows].sum())
+            self.kw_len[rows] = 0
+            self._free[self._n_free : self._n_free + n] = np.sort(rows)[::-1]
+        self._n_free += n
 
     # ------------------------------------------------------------------ export / import
     def results(self) -> Results:
@@ -425,3 +465,11 @@ class KnnState:
 def _id_batch(sub_ids: npt.ArrayLike) -> Int64Array:
     """Ids as a contiguous int64 vector (what the compiled map's functions are compiled for)."""
     return np.ascontiguousarray(np.asarray(sub_ids, dtype=np.int64).reshape(-1))
+
+
+def _plain(a: npt.ArrayLike, dtype: type) -> np.ndarray:
+    """``a`` as a writeable contiguous array of ``dtype``: the one type a compiled call of the
+    state is compiled for (numba types a read-only array, as Arrow's zero-copy columns are,
+    apart, and would compile it again inside a worker task)."""
+    out: np.ndarray = np.asarray(a, dtype=dtype)
+    return out if out.flags.writeable and out.flags.c_contiguous else np.array(out, dtype=dtype)

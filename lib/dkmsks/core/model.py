@@ -102,6 +102,11 @@ class KeywordSets:
         ids = self.ids[np.repeat(starts, lengths) + offsets]
         return KeywordSets(ptr, ids.astype(np.int32, copy=False))
 
+    def slice_rows(self, lo: int, hi: int) -> KeywordSets:
+        """The sets of rows ``lo .. hi - 1``: a view of their ids, the pointer rebased to 0."""
+        ptr = self.ptr[lo : hi + 1]
+        return KeywordSets(ptr - ptr[0], self.ids[ptr[0] : ptr[-1]])
+
     @staticmethod
     def from_lists(rows: Sequence[Sequence[int]]) -> KeywordSets:
         """Sets from lists of keyword ids (duplicates dropped)."""
@@ -202,6 +207,11 @@ class Subscriptions:
             self.k[rows],
             self.t[rows],
         )
+
+    def slice_rows(self, lo: int, hi: int) -> Subscriptions:
+        """The subscriptions of rows ``lo .. hi - 1`` (views, but for the keywords' pointer)."""
+        return Subscriptions(self.ids[lo:hi], self.x[lo:hi], self.y[lo:hi], self.keywords.slice_rows(lo, hi),
+                             self.k[lo:hi], self.t[lo:hi])
 
     @staticmethod
     def concat(parts: Sequence[Subscriptions]) -> Subscriptions:

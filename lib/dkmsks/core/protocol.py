@@ -7,7 +7,8 @@ The work splits between the main server and the workers (docs/design.md §4):
    forgets the deleted subscriptions (subtracting their costs from ``C(w)``) and names the worker
    holding each, then assigns every new subscription to a worker with its method's cost model
    (paper §3, §4 "Dealing with new subscriptions");
-2. :func:`remove_deletions`, :func:`add_insertions` — each worker drops the deletions it holds and
+2. :func:`remove_deletions`, :func:`add_insertions` (:func:`insertions_by_worker` for all workers
+   at once) — each worker drops the deletions it holds and
    registers its new subscriptions with an empty result (a new subscription sees objects from
    ``t`` on);
 3. the workers update the exact kNN of their subscriptions with the new objects
@@ -22,6 +23,7 @@ The work splits between the main server and the workers (docs/design.md §4):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +33,8 @@ import numpy.typing as npt
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Subscriptions
 
 __all__ = ["RoutedDeletions", "RoutedInsertions", "RoutedTimestamp", "route_deletions", "route_insertions",
-           "route_timestamp", "remove_deletions", "add_insertions", "ball_radius2", "ragged_ball_radius2"]
+           "route_timestamp", "remove_deletions", "add_insertions", "insertions_by_worker",
+           "ball_radius2", "ragged_ball_radius2"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,22 @@ def add_insertions(worker: Any, worker_id: int, routed: RoutedInsertions) -> Int
     if rows.shape[0]:
         worker.add(routed.subs.take(rows), None)
     return rows
+
+
+def insertions_by_worker(routed: RoutedInsertions) -> Iterator[tuple[int, Subscriptions]]:
+    """Step 2b's split for a caller that holds every worker (the in-memory engine): each
+    worker's new subscriptions, in routed order, as ``(worker id, subscriptions)``. One stable
+    sort and one take serve all workers, where :func:`add_insertions` takes one worker's part
+    with a dozen array calls of its own (~20 µs per worker at 1M/1M, m = 20)."""
+    workers = routed.workers
+    if workers.shape[0] == 0:
+        return
+    order = np.argsort(workers, kind="stable")
+    subs = routed.subs.take(order)
+    workers = workers[order]
+    bounds = [0, *(np.flatnonzero(workers[1:] != workers[:-1]) + 1).tolist(), int(workers.shape[0])]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
+        yield int(workers[lo]), subs.slice_rows(lo, hi)
 
 
 def ball_radius2(d2: Float64Array, k: npt.ArrayLike) -> Float64Array:

@@ -5,7 +5,8 @@ registration until its deletion, even when its row keeps answering objects for a
 (a retiring row, deleted inside a batch: docs/design.md §3 fact 2). Their operations take a
 batch of ids each and the state's ``sub_id`` column (the id each row holds):
 
-- :meth:`rows_of` — the row of each id, ``-1`` where it is not mapped;
+- :meth:`rows_of` — the row of each id, ``-1`` where it is not mapped (:meth:`first_mapped`:
+  whether any is);
 - :meth:`insert` — map ids that are not mapped (and distinct) to their rows;
 - :meth:`pop` — unmap ids, returning the row each had; ``-1`` for an id not mapped, or
   asked again after its first occurrence in the same batch (so no row comes back twice);
@@ -72,6 +73,11 @@ class SortedSubMap:
             if miss.any():
                 rows[miss] = _find(self._new_ids, self._new_rows, q[miss])
         return rows
+
+    def first_mapped(self, q: Int64Array, sub_id: Int64Array) -> int:
+        """Index in ``q`` of its first mapped id, ``-1`` if none is."""
+        hit = np.flatnonzero(self.rows_of(q, sub_id) >= 0)
+        return int(hit[0]) if hit.shape[0] else -1
 
     def insert(self, sid: Int64Array, rows: Int64Array, sub_id: Int64Array) -> None:  # noqa: ARG002
         """Map ids that are not mapped (an id deleted earlier may still be marked in the large
@@ -181,6 +187,15 @@ def _hash_rows_of(slots, shift, sub_id, q, out):  # noqa: ANN001, ANN202 - compi
 
 
 @_jit
+def _hash_first_mapped(slots, shift, sub_id, q):  # noqa: ANN001, ANN202 - compiled
+    """Index of the first of ``q`` that is mapped, ``-1`` if none is."""
+    for i in range(q.shape[0]):
+        if _slot_of(slots, shift, sub_id, q[i]) >= 0:
+            return i
+    return -1
+
+
+@_jit
 def _hash_insert(slots, shift, keys, rows):  # noqa: ANN001, ANN202 - compiled
     """Put ``rows`` (of the distinct ``keys``, none of them in the table) in the first empty
     slot from each key's home. The caller keeps the load at most 1/2, so an empty slot exists."""
@@ -276,6 +291,11 @@ class HashSubMap:
         out = np.empty(q.shape[0], dtype=np.int64)
         _hash_rows_of(self._slots, self._shift, sub_id, q, out)
         return out
+
+    def first_mapped(self, q: Int64Array, sub_id: Int64Array) -> int:
+        """Index in ``q`` of its first mapped id, ``-1`` if none is (one compiled call: the
+        check of every insertion)."""
+        return int(_hash_first_mapped(self._slots, self._shift, sub_id, q))
 
     def insert(self, sid: Int64Array, rows: Int64Array, sub_id: Int64Array) -> None:
         """Map the distinct ids ``sid``, none of them mapped, to ``rows`` (``sub_id[rows]`` must

@@ -208,8 +208,13 @@ class _PostingsIndex:
         self.row_entries[rows] = 0
 
     def forget(self, rows: Int64Array) -> None:
-        """Rows freed by the state: their entries become stale (removed at the next merge)."""
+        """Rows freed by the state (distinct): their entries become stale (removed at the next merge)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self.kernel == "numba":
+            stale = kernel.invalidate_rows(rows, self.epoch, self.row_entries)
+            if stale >= 0:
+                self.postings.n_stale += stale
+                return
         self._ensure(int(rows.max()) + 1 if rows.shape[0] else 0)
         self._invalidate(rows)
 

@@ -14,7 +14,7 @@ from dkmsks.core.kernel.key_filter import _filter_set
 from dkmsks.core.kernel.probe import _bits, _stable_by
 from dkmsks.core.model import Float64Array, Int64Array
 
-__all__ = ["delta_append", "merge_accepted", "merge_pending"]
+__all__ = ["delta_append", "invalidate_rows", "merge_accepted", "merge_pending"]
 
 @_jit
 def _merge_sorted_into(keys, rows, epochs, n_old, new_keys, new_rows, new_epochs):  # noqa: ANN001, ANN202
@@ -58,6 +58,28 @@ def delta_append(keys: Int64Array, rows: Any, epochs: Any, at: int, new_keys: In
         raise ValueError(f"no room: {keys.shape[0]} entries for {at} + {new_keys.shape[0]}")
     _delta_append(keys, rows, epochs, at, np.ascontiguousarray(new_keys, dtype=np.int64), new_rows, new_epochs,
                   present)
+
+
+@_jit
+def _invalidate_rows(rows, epoch, row_entries):  # noqa: ANN001, ANN202
+    for i in range(rows.shape[0]):
+        if rows[i] < 0 or rows[i] >= epoch.shape[0]:
+            return -1
+    stale = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        epoch[r] += 1
+        stale += row_entries[r]
+        row_entries[r] = 0
+    return stale
+
+
+def invalidate_rows(rows: Int64Array, epoch: Any, row_entries: Any) -> int:
+    """Turn every posting of the distinct ``rows`` stale: bump each row's epoch, zero its count
+    of live entries and return how many entries that made stale (the index's
+    :meth:`~dkmsks.core.worker_index._PostingsIndex.forget` in one compiled call); ``-1``,
+    changing nothing, when a row lies beyond the per-row arrays (the caller grows them)."""
+    return int(_invalidate_rows(rows, epoch, row_entries))
 
 
 @_jit

@@ -40,13 +40,15 @@ def warm_up(requested: str | None = None) -> None:
     lookup_accept(many, np.zeros(many.shape[0], dtype=np.int64), index.postings, index.epoch, worker.state, objects)
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
-    # The state's hash map (dkmsks.core.sub_map): lookups and insertions ran above; a growth
-    # and deletions, as a worker's deletions and a bulk load run them.
+    worker.remove(np.array([1, 2]))  # the state's rows cleared, the index's entries made stale
+    # The state's hash map (dkmsks.core.sub_map): lookups, insertions and deletions ran above;
+    # a growth and a batch's deletions, as a bulk load and the Spark tasks run them.
     from dkmsks.core.sub_map import HashSubMap
 
     ids = np.arange(64, dtype=np.int64)
     table = HashSubMap(1)
     table.insert(ids, ids, ids)
+    table.rows_of(ids, ids)  # (exports of changed rows; a state's insertions check with first_mapped)
     table.pop(ids, ids)
     # The main server's compiled paths: small batches of Eq. 4 counts and their per-row sums,
     # Eq. 1 sums, the id search (dkmsks.core.stats_kernel), the refresh's pick and boxes
