@@ -40,7 +40,8 @@ SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats
 #: (dkmsks.core.knn_state_kernel) that Python calls.
 STATE_KERNELS = (("sub_map", "_hash_rows_of"), ("sub_map", "_hash_insert"), ("sub_map", "_hash_pop"),
                  ("sub_map", "_hash_rehash"), ("sub_map", "_hash_first_mapped"), ("knn_state_kernel", "check_batch"),
-                 ("knn_state_kernel", "write_rows"), ("knn_state_kernel", "clear_rows"))
+                 ("knn_state_kernel", "write_rows"), ("knn_state_kernel", "clear_rows"),
+                 ("knn_state_kernel", "balls_after"))
 
 
 def test_every_worker_kernel_is_jitted() -> None:

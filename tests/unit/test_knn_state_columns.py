@@ -131,6 +131,27 @@ def test_the_keyword_pool_compacts_and_keeps_every_live_set() -> None:
         assert [got.row(i).tolist() for i in range(len(got))] == [kept[i] for i in sorted(kept)], kernel
 
 
+@needs_numba
+def test_balls_after_identical_to_the_numpy_statements_and_to_a_loop() -> None:
+    rng = np.random.default_rng(4)
+    states = {kernel: KnnState(width=4, kernel=kernel) for kernel in ("numpy", "numba")}
+    subs = _random_subs(rng, np.arange(300), 4, 0)
+    subs = Subscriptions(subs.ids, subs.x, subs.y, subs.keywords, subs.k, rng.integers(0, 10, 300))
+    knn = rng.integers(0, 99, (300, 4)), np.sort(rng.random((300, 4)), axis=1)
+    knn[1][::5, 2:] = np.inf  # some results not full: radius inf
+    for state in states.values():
+        state.add(subs, knn)
+        state.remove(np.arange(0, 300, 7))
+    rows = rng.integers(0, 300, 120)
+    for after in (None, -1, 4, 9):
+        (ia, ra), (ib, rb) = (state.balls_after(rows, after) for state in states.values())
+        assert np.array_equal(ia, ib) and np.array_equal(ra, rb), after
+        want = [(int(subs.ids[r]), float(knn[1][r, subs.k[r] - 1])) for r in rows.tolist()
+                if int(subs.ids[r]) % 7 and (after is None or subs.t[r] > after)]
+        assert list(zip(ia.tolist(), ra.tolist(), strict=True)) == want, after
+        assert 0 < len(want) < rows.shape[0] or after == 9
+
+
 def test_insertions_by_worker_gives_each_worker_its_part_in_routed_order() -> None:
     rng = np.random.default_rng(3)
     subs = _random_subs(rng, rng.permutation(200)[:37], 4, 2)

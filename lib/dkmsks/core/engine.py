@@ -311,10 +311,7 @@ class Engine:
             if not len(objects):
                 worker.state.advance(t)
             if self._refresh is not None and stats.updated_rows.shape[0]:
-                rows = stats.updated_rows[worker.state.in_use[stats.updated_rows]]
-                if self._initial_t is not None:
-                    rows = rows[worker.state.t[rows] > self._initial_t]
-                changed.append((worker.state.sub_id[rows].copy(), worker.state.radius2(rows)))
+                changed.append(worker.state.balls_after(stats.updated_rows, self._initial_t))
         time_refresh = 0.0
         if self._refresh is not None:
             c0 = clock()

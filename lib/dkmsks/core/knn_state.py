@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dkmsks.core.jit import kernel_name
-from dkmsks.core.knn_state_kernel import check_batch, clear_rows, write_rows
+from dkmsks.core.knn_state_kernel import balls_after, check_batch, clear_rows, write_rows
 from dkmsks.core.model import (
     Float64Array,
     Int32Array,
@@ -171,6 +171,18 @@ class KnnState:
     def radius2(self, rows: Int64Array) -> Float64Array:
         """Squared ball radius of each row (``inf`` while ``|A(s)| < k``; docs/design.md §1)."""
         return self.kth(rows)[0]
+
+    def balls_after(self, rows: Int64Array, after: int | None) -> tuple[Int64Array, Float64Array]:
+        """Sub ids and squared ball radii of ``rows`` that are in use and were registered after
+        ``after`` (every row in use for ``None``), in the order of ``rows``: what a worker reports
+        to the main server's cost refresh (one compiled call under numba)."""
+        if self.kernel == "numba":
+            return balls_after(_plain(rows, np.int64), after is None, 0 if after is None else int(after), self.in_use,
+                               self.t, self.sub_id, self.k, self.d2)
+        rows = rows[self.in_use[rows]]
+        if after is not None:
+            rows = rows[self.t[rows] > after]
+        return self.sub_id[rows].copy(), self.radius2(rows)
 
     def keywords_of(self, rows: Int64Array) -> KeywordSets:
         """Keyword sets of ``rows`` in CSR form."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from dkmsks.core.jit import _jit
 
-__all__ = ["check_batch", "clear_rows", "write_rows"]
+__all__ = ["balls_after", "check_batch", "clear_rows", "write_rows"]
 
 
 @_jit
@@ -90,3 +90,19 @@ def clear_rows(rows, never, s_sub_id, s_k, s_end_t, s_in_use, s_ids, s_d2, s_kw_
         stack[n_free + i] = ascending[n - 1 - i]
     return held
 
+
+@_jit
+def balls_after(rows, every, after, s_in_use, s_t, s_sub_id, s_k, s_d2):  # noqa: ANN001, ANN201 - compiled
+    """The sub id and squared ball radius (the k-th result's ``d²``) of each of ``rows`` in use
+    and registered after ``after`` (or ``every`` one in use), in the order of ``rows``: what a
+    worker reports to the main server's cost refresh after a timestamp."""
+    ids = np.empty(rows.shape[0], dtype=np.int64)
+    radius2 = np.empty(rows.shape[0], dtype=np.float64)
+    n = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if s_in_use[r] and (every or s_t[r] > after):
+            ids[n] = s_sub_id[r]
+            radius2[n] = s_d2[r, s_k[r] - 1]
+            n += 1
+    return ids[:n], radius2[:n]
