@@ -12,7 +12,7 @@ import pytest
 from dkmsks.core.jit import HAVE_NUMBA
 from dkmsks.core.knn_state import NEVER, KnnState
 from dkmsks.core.model import KeywordSets, Subscriptions
-from dkmsks.core.protocol import RoutedInsertions, insertions_by_worker
+from dkmsks.core.protocol import RoutedDeletions, RoutedInsertions, deletions_by_worker, insertions_by_worker
 
 pytestmark = pytest.mark.unit
 
@@ -167,3 +167,19 @@ def test_insertions_by_worker_gives_each_worker_its_part_in_routed_order() -> No
         want = [subs.keywords.row(i).tolist() for i in mine]
         assert [part.keywords.row(i).tolist() for i in range(len(mine))] == want
     assert list(insertions_by_worker(RoutedInsertions(2, subs.take([]), workers[:0], np.zeros(0, np.int64)))) == []
+
+
+def test_deletions_by_worker_gives_each_worker_its_part_and_the_unplaced_to_all() -> None:
+    rng = np.random.default_rng(8)
+    ids = rng.permutation(500)[:41].astype(np.int64)
+    placed = rng.integers(0, 5, 41).astype(np.int32)
+    parts = dict(deletions_by_worker(RoutedDeletions(3, ids, placed), 7))
+    assert sorted(parts) == sorted(set(placed.tolist()))
+    for w, mine in parts.items():
+        assert mine.tolist() == [int(ids[i]) for i in range(41) if placed[i] == w]
+    placed[[4, 9]] = -1  # not placed by the server: every worker is asked
+    parts = dict(deletions_by_worker(RoutedDeletions(3, ids, placed), 7))
+    assert sorted(parts) == list(range(7))
+    for w, mine in parts.items():
+        assert mine.tolist() == [int(ids[i]) for i in range(41) if placed[i] in (w, -1)]
+    assert list(deletions_by_worker(RoutedDeletions(3, ids[:0], placed[:0]), 7)) == []

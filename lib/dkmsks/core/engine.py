@@ -46,7 +46,7 @@ from dkmsks.core.model import (
 )
 from dkmsks.core.oracle import INITIAL_REGISTRATION
 from dkmsks.core.postings import DEFAULT_BUDGET
-from dkmsks.core.protocol import insertions_by_worker, remove_deletions, route_deletions, route_insertions
+from dkmsks.core.protocol import deletions_by_worker, insertions_by_worker, route_deletions, route_insertions
 from dkmsks.core.update import Worker
 from dkmsks.core.worker_index import DEFAULT_GRID
 
@@ -258,15 +258,15 @@ class Engine:
         m = self.m
         c0 = clock()
         routed_del = route_deletions(self.assigner, t, dels)
+        # Handing each worker its part is the main server's work here.
+        del_parts = list(deletions_by_worker(routed_del, m))
         server_del = clock() - c0
         held = 0
         del_wt = np.zeros(m)
-        if dels.shape[0]:
-            asked = range(m) if np.any(routed_del.workers < 0) else np.unique(routed_del.workers).tolist()
-            for w in asked:
-                c0 = clock()
-                held += remove_deletions(self.workers[w], w, routed_del)
-                del_wt[w] = clock() - c0
+        for w, ids in del_parts:
+            c0 = clock()
+            held += self.workers[w].remove(ids)
+            del_wt[w] = clock() - c0
         time_delete = server_del + float(del_wt.max())
         if held != dels.shape[0]:
             raise ValueError(
@@ -279,10 +279,10 @@ class Engine:
         c0 = clock()
         routed_ins = route_insertions(self.assigner, t, insertions)
         # Handing each worker its part is the main server's work here.
-        parts = list(insertions_by_worker(routed_ins))
+        ins_parts = list(insertions_by_worker(routed_ins))
         server_ins = clock() - c0
         ins_wt = np.zeros(m)
-        for w, subs in parts:
+        for w, subs in ins_parts:
             c0 = clock()
             # A new subscription starts with an empty result (docs/design.md §1).
             self.workers[w].add(subs, None)

@@ -7,8 +7,8 @@ The work splits between the main server and the workers (docs/design.md §4):
    forgets the deleted subscriptions (subtracting their costs from ``C(w)``) and names the worker
    holding each, then assigns every new subscription to a worker with its method's cost model
    (paper §3, §4 "Dealing with new subscriptions");
-2. :func:`remove_deletions`, :func:`add_insertions` (:func:`insertions_by_worker` for all workers
-   at once) — each worker drops the deletions it holds and
+2. :func:`remove_deletions`, :func:`add_insertions` (:func:`deletions_by_worker`,
+   :func:`insertions_by_worker` for all workers at once) — each worker drops the deletions it holds and
    registers its new subscriptions with an empty result (a new subscription sees objects from
    ``t`` on);
 3. the workers update the exact kNN of their subscriptions with the new objects
@@ -33,8 +33,8 @@ import numpy.typing as npt
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Subscriptions
 
 __all__ = ["RoutedDeletions", "RoutedInsertions", "RoutedTimestamp", "route_deletions", "route_insertions",
-           "route_timestamp", "remove_deletions", "add_insertions", "insertions_by_worker",
-           "ball_radius2", "ragged_ball_radius2"]
+           "route_timestamp", "remove_deletions", "add_insertions", "deletions_by_worker",
+           "insertions_by_worker", "ball_radius2", "ragged_ball_radius2"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,26 @@ def add_insertions(worker: Any, worker_id: int, routed: RoutedInsertions) -> Int
     if rows.shape[0]:
         worker.add(routed.subs.take(rows), None)
     return rows
+
+
+def deletions_by_worker(routed: RoutedDeletions, workers: int) -> Iterator[tuple[int, Int64Array]]:
+    """Step 2a's split for a caller that holds all ``workers`` (the in-memory engine): each
+    worker's deletions as ``(worker id, sub ids)``, in routed order, from one stable sort; a
+    deletion the server does not place (``-1``) is asked of every worker, as by
+    :func:`remove_deletions`."""
+    ids, placed = routed.ids, routed.workers
+    if ids.shape[0] == 0:
+        return
+    unplaced = placed < 0
+    if unplaced.any():
+        for w in range(workers):
+            yield w, ids[(placed == w) | unplaced]
+        return
+    order = np.argsort(placed, kind="stable")
+    ids, placed = ids[order], placed[order]
+    bounds = [0, *(np.flatnonzero(placed[1:] != placed[:-1]) + 1).tolist(), int(placed.shape[0])]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
+        yield int(placed[lo]), ids[lo:hi]
 
 
 def insertions_by_worker(routed: RoutedInsertions) -> Iterator[tuple[int, Subscriptions]]:
