@@ -156,17 +156,18 @@ def test_insertions_by_worker_gives_each_worker_its_part_in_routed_order() -> No
     rng = np.random.default_rng(3)
     subs = _random_subs(rng, rng.permutation(200)[:37], 4, 2)
     workers = rng.integers(0, 6, 37).astype(np.int32)
-    routed = RoutedInsertions(2, subs, workers, np.zeros(37, dtype=np.int64))
-    parts = list(insertions_by_worker(routed))
-    assert [w for w, _ in parts] == sorted(set(workers.tolist()))
-    for w, part in parts:
+    by_worker, spans = insertions_by_worker(RoutedInsertions(2, subs, workers, np.zeros(37, dtype=np.int64)))
+    assert [w for w, _, _ in spans] == sorted(set(workers.tolist()))
+    assert spans[0][1] == 0 and spans[-1][2] == 37 and all(a[2] == b[1] for a, b in zip(spans, spans[1:], strict=False))
+    for w, lo, hi in spans:
+        part = by_worker.slice_rows(lo, hi)
         mine = [i for i in range(37) if workers[i] == w]
         assert part.ids.tolist() == subs.ids[mine].tolist()
         assert part.x.tolist() == subs.x[mine].tolist() and part.k.tolist() == subs.k[mine].tolist()
         assert part.keywords.ptr[0] == 0 and len(part.keywords) == len(mine)
         want = [subs.keywords.row(i).tolist() for i in mine]
         assert [part.keywords.row(i).tolist() for i in range(len(mine))] == want
-    assert list(insertions_by_worker(RoutedInsertions(2, subs.take([]), workers[:0], np.zeros(0, np.int64)))) == []
+    assert insertions_by_worker(RoutedInsertions(2, subs.take([]), workers[:0], np.zeros(0, np.int64)))[1] == []
 
 
 def test_deletions_by_worker_gives_each_worker_its_part_and_the_unplaced_to_all() -> None:

@@ -278,14 +278,14 @@ class Engine:
             self._initial_t = None
         c0 = clock()
         routed_ins = route_insertions(self.assigner, t, insertions)
-        # Handing each worker its part is the main server's work here.
-        ins_parts = list(insertions_by_worker(routed_ins))
+        # Ordering the insertions by worker is the main server's work here (each worker slices its part).
+        by_worker, spans = insertions_by_worker(routed_ins)
         server_ins = clock() - c0
         ins_wt = np.zeros(m)
-        for w, subs in ins_parts:
+        for w, lo, hi in spans:
             c0 = clock()
             # A new subscription starts with an empty result (docs/design.md §1).
-            self.workers[w].add(subs, None)
+            self.workers[w].add(by_worker.slice_rows(lo, hi), None)
             ins_wt[w] = clock() - c0
         time_insert = server_ins + float(ins_wt.max())
 

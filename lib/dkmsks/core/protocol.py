@@ -171,20 +171,21 @@ def deletions_by_worker(routed: RoutedDeletions, workers: int) -> Iterator[tuple
         yield int(placed[lo]), ids[lo:hi]
 
 
-def insertions_by_worker(routed: RoutedInsertions) -> Iterator[tuple[int, Subscriptions]]:
-    """Step 2b's split for a caller that holds every worker (the in-memory engine): each
-    worker's new subscriptions, in routed order, as ``(worker id, subscriptions)``. One stable
-    sort and one take serve all workers, where :func:`add_insertions` takes one worker's part
-    with a dozen array calls of its own (~20 µs per worker at 1M/1M, m = 20)."""
+def insertions_by_worker(routed: RoutedInsertions) -> tuple[Subscriptions, list[tuple[int, int, int]]]:
+    """Step 2b's split for a caller that holds every worker (the in-memory engine): the
+    insertions ordered by worker (stably: each worker's in routed order) and ``(worker id, lo,
+    hi)`` of each worker's part, rows ``lo .. hi - 1`` (:meth:`Subscriptions.slice_rows`). One
+    stable sort and one take serve all workers, where :func:`add_insertions` takes one worker's
+    part with a dozen array calls of its own (~20 µs per worker at 1M/1M, m = 20); slicing its
+    part is left to each worker, as reading its share of a shuffle would be."""
     workers = routed.workers
     if workers.shape[0] == 0:
-        return
+        return routed.subs, []
     order = np.argsort(workers, kind="stable")
-    subs = routed.subs.take(order)
     workers = workers[order]
     bounds = [0, *(np.flatnonzero(workers[1:] != workers[:-1]) + 1).tolist(), int(workers.shape[0])]
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-        yield int(workers[lo]), subs.slice_rows(lo, hi)
+    spans = [(int(workers[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)]
+    return routed.subs.take(order), spans
 
 
 def ball_radius2(d2: Float64Array, k: npt.ArrayLike) -> Float64Array:
