@@ -22,8 +22,8 @@ ENTRY_KERNELS = (("lookup", "_lookup"), ("lookup", "_lookup_warm"), ("merge", "_
                  ("grid", "_grid_entries"), ("grid", "_grid_reindex"), ("grid", "_grid_probe"),
                  ("grid", "_grid_sorted_probe"),
                  ("probe", "_sorted_form"), ("merge", "_delta_append"), ("merge", "_merge_pending"),
-                 ("merge", "_invalidate_rows"))
-INNER_KERNELS = (("merge", "_merge_sorted_into"), ("key_filter", "_filter_set"), ("lookup", "_test_entries"),
+                 ("merge", "_invalidate_rows"), ("key_filter", "_filter_set"))
+INNER_KERNELS = (("merge", "_merge_sorted_into"), ("lookup", "_test_entries"),
                  ("lookup", "_test_fitting"), ("lookup", "_warm_fitting"),
                  ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
                  ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),

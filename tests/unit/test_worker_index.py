@@ -8,7 +8,7 @@ import pytest
 
 from dkmsks.core.model import Objects, Op, Rect, Results, SubscriptionEvents
 from dkmsks.core.oracle import live_subscriptions, oracle_results
-from dkmsks.core.postings import Postings
+from dkmsks.core.postings import Postings, _filter_test
 from dkmsks.core.worker_index import GridIndex, make_index
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from test_update import (
@@ -140,6 +140,39 @@ def test_the_compiled_and_numpy_deltas_are_the_same_arrays() -> None:
         a, b = (p._sorted_delta() for p in pair)  # noqa: SLF001
         for x, y in zip(a, b, strict=True):
             assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_rebuild_holds_the_live_entries_sorted_the_same_in_both_kernels(seed: int) -> None:
+    """A rebuild merges the sorted main part and the sorted delta (a stable sort of two runs)
+    and drops stale entries; the compiled kernel sets the new filter's bits in one pass: both
+    kernels hold the same arrays and filter, every live entry sorted by key, and every key
+    passes the filter. Repeated rebuilds, with deletions (epoch bumps) in between."""
+    rng = np.random.default_rng(seed)
+    pair = Postings("numpy"), Postings("numba")
+    epoch = np.zeros(500, dtype=np.int32)
+    live: list[tuple[int, int, int]] = []  # (key, row, epoch) inserted
+    for step in range(8):
+        n = int(rng.integers(1, 3000))
+        keys = rng.integers(-(2**40), 2**40, n).astype(np.int64)
+        keys[: n // 3] = rng.integers(0, 50, n // 3)  # many equal keys, in main and delta
+        rows = rng.integers(0, 500, n).astype(np.int64)
+        for p in pair:
+            p.insert(keys, rows, epoch[rows])
+        live += list(zip(keys.tolist(), rows.tolist(), epoch[rows].tolist(), strict=True))
+        epoch[rng.choice(500, 40, replace=False)] += 1  # deleted or re-posted rows: stale entries
+        if step % 3 == 2:
+            continue
+        for p in pair:
+            p.rebuild(epoch)
+        a, b = pair
+        for name in ("keys", "rows", "fences", "row_epochs", "_present"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (step, name)
+        want = sorted((k, r) for k, r, e in live if e == epoch[r])
+        assert sorted(zip(a.keys.tolist(), a.rows.tolist(), strict=True)) == want
+        assert np.all(np.diff(a.keys) >= 0) and a.n_delta == 0 and a.n_stale == 0
+        assert _filter_test(b._present, b.keys).all()  # noqa: SLF001
 
 
 def test_the_compiled_delta_refuses_buffers_without_room() -> None:

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 from dkmsks.core.jit import HAVE_NUMBA, KERNELS, kernel_name
 from dkmsks.core.kernel.grid import grid_entries, grid_probe, grid_reindex, grid_sorted_probe
-from dkmsks.core.kernel.key_filter import FILTER_BITS, FILTER_BLOCK_BITS, FILTER_MUL1, FILTER_MUL2
+from dkmsks.core.kernel.key_filter import FILTER_BITS, FILTER_BLOCK_BITS, FILTER_MUL1, FILTER_MUL2, filter_set
 from dkmsks.core.kernel.lookup import FENCE_STRIDE, NO_BOUND, lookup_accept, lookup_accept_sorted
 from dkmsks.core.kernel.merge import delta_append, invalidate_rows, merge_accepted, merge_pending
 from dkmsks.core.kernel.probe import Probe, SortedProbe, stable_order
 from dkmsks.core.kernel.warm import warm_up
 
 __all__ = ["FENCE_STRIDE", "FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "HAVE_NUMBA", "KERNELS",
-           "NO_BOUND", "Probe", "SortedProbe", "delta_append", "grid_entries", "grid_probe", "grid_reindex",
-           "grid_sorted_probe", "invalidate_rows", "kernel_name", "lookup_accept", "lookup_accept_sorted",
-           "merge_accepted", "merge_pending", "stable_order", "warm_up"]
+           "NO_BOUND", "Probe", "SortedProbe", "delta_append", "filter_set", "grid_entries", "grid_probe",
+           "grid_reindex", "grid_sorted_probe", "invalidate_rows", "kernel_name", "lookup_accept",
+           "lookup_accept_sorted", "merge_accepted", "merge_pending", "stable_order", "warm_up"]

