@@ -18,7 +18,7 @@ REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core")
            ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
            ("dkmsks.bench.catalog", "catalog"), ("dkmsks.bench.append", "append"),
            ("dkmsks.bench.kernel", "kernel"), ("dkmsks.bench.grid", "grid"),
-           ("dkmsks.bench.memory", "memory")]
+           ("dkmsks.bench.memory", "memory"), ("dkmsks.bench.rust", "rust")]
 
 
 def source_tree(module: str) -> ast.Module:

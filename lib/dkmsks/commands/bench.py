@@ -21,6 +21,7 @@ BENCHMARKS = {
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
     "append": ("append", "a run's commit: one journal append through Spark vs through delta-rs"),
     "kernel": ("kernel", "the worker kernels: numba against the numpy reference, side by side -> docs/benchmarks.md"),
+    "rust": ("rust", "the lookup kernel in numba and the same loop in Rust, same inputs -> docs/benchmarks.md"),
     "grid": ("grid", "the DkM-SKS grid's layouts (pyramid levels, cells a ball), side by side -> docs/benchmarks.md"),
     "memory": ("memory", "memory per subscription of the in-memory engine at 1M, 5M, 10M -> docs/benchmarks.md"),
     "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
