@@ -130,6 +130,28 @@ def test_stepwise_batches_through_the_batch_sized_lookup_identical(method: str, 
     test_stepwise_batches_identical(method)
 
 
+def test_lower_bound_is_searchsorted_left() -> None:
+    """The warm lookup's branchless search (unsigned, inlined into its loop) finds each key's
+    first position as ``np.searchsorted`` does, with runs of equal keys, keys beyond both ends
+    and an empty array. Called through a jitted loop, as the lookup calls it."""
+    import numba
+
+    from dkmsks.core.kernel.lookup import _lower_bound
+
+    @numba.njit
+    def first_positions(keys, needles):  # noqa: ANN001, ANN202
+        out = np.empty(needles.shape[0], dtype=np.int64)
+        for i in range(needles.shape[0]):
+            out[i] = _lower_bound(keys, keys.shape[0], needles[i])
+        return out
+
+    rng = np.random.default_rng(3)
+    for n in (*range(0, 9), 31, 32, 33, 1000):
+        keys = np.sort(rng.integers(-5, 40, size=n)).astype(np.int64)
+        needles = np.arange(-8, 44, dtype=np.int64)
+        assert first_positions(keys, needles).tolist() == np.searchsorted(keys, needles).tolist(), n
+
+
 def test_replayed_batch_changes_nothing_compiled() -> None:
     """Objects already in a result are ignored by the compiled merge (a replay is a no-op)."""
     objects, events = adversarial_case(3, timestamps=4)

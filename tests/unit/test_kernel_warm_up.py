@@ -28,7 +28,8 @@ INNER_KERNELS = (("merge", "_merge_sorted_into"), ("lookup", "_test_entries"),
                  ("grid", "_grid_fitting"), ("lookup", "_filter_round"), ("lookup", "_main_runs"),
                  ("lookup", "_delta_runs"), ("lookup", "_run_ends"), ("lookup", "_hold_entries"),
                  ("lookup", "_prefetch_held"), ("common", "_enters"), ("key_filter", "_filtered"),
-                 ("lookup", "_gallop"), ("common", "_grow"), ("lookup", "_grow_pairs"), ("grid", "_lattice"),
+                 ("lookup", "_gallop"), ("lookup", "_lower_bound"), ("common", "_grow"), ("lookup", "_grow_pairs"),
+                 ("grid", "_lattice"),
                  ("grid", "_outside_id"), ("grid", "_first_level"), ("probe", "_radix_order"),
                  ("probe", "_stable_by"), ("probe", "_bits"))
 #: The package's modules, each holding some of the kernels above.

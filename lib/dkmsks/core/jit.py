@@ -21,12 +21,18 @@ try:  # numba is pinned in requirements.lock; the numpy path remains the referen
     import numba
 
     _jit: Any = numba.njit(cache=True, nogil=True)
+    # Inlined into its callers by numba itself (not left to LLVM): a helper that takes an array
+    # and is called once per key or entry of a loop otherwise pays numba's reference counting
+    # of that array at every call (docs/benchmarks.md, "The lookup kernel in numba and in Rust").
+    _inline: Any = numba.njit(inline="always", cache=True, nogil=True)
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only on a machine without numba
     HAVE_NUMBA = False
 
     def _jit(fn: Any) -> Any:
         return fn
+
+    _inline = _jit
 
 
 _prefetch: Any

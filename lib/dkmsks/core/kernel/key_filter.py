@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _jit
+from dkmsks.core.jit import _inline, _jit
 
 __all__ = ["FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "filter_set"]
 
@@ -26,9 +26,9 @@ _BLOCK_SHIFT = np.uint64(64 - FILTER_BLOCK_BITS)
 _BLOCK_BASE = np.uint64(~((1 << FILTER_BLOCK_BITS) - 1) & ((1 << FILTER_BITS) - 1))
 
 
-@_jit
+@_inline
 def _filtered(present: Any, key: Any) -> bool:
-    """Whether both filter slots of ``key`` are set."""
+    """Whether both filter slots of ``key`` are set (inlined: called once per probe key)."""
     u = np.uint64(key)
     a = (u * FILTER_MUL1) >> _FILTER_SHIFT
     b = (a & _BLOCK_BASE) | ((u * FILTER_MUL2) >> _BLOCK_SHIFT)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _jit, _prefetch
+from dkmsks.core.jit import _inline, _jit, _prefetch
 from dkmsks.core.kernel.common import _enters, _grow
 from dkmsks.core.kernel.key_filter import _FILTER_SHIFT, FILTER_MUL1, _filtered
 from dkmsks.core.kernel.probe import SortedProbe
@@ -35,6 +35,28 @@ NO_BOUND = np.zeros(0, dtype=np.float64)
 def _grow_pairs(a_row: Any, a_oid: Any, a_d2: Any, a_ot: Any, n: int) -> Any:
     """The four arrays of accepted pairs (row, object id, d², object t), grown together to hold ``n``."""
     return _grow(a_row, n), _grow(a_oid, n), _grow(a_d2, n), _grow(a_ot, n)
+
+
+@_inline
+def _lower_bound(keys: Any, n: Any, key: Any) -> Any:
+    """The first position of sorted ``keys[:n]`` whose key is ``>= key`` (``n`` if none), as an
+    unsigned integer: ``np.searchsorted``'s left side, without a branch per step.
+
+    Each step keeps the lower half's base or moves it to the middle by a product with the
+    comparison, so the next step's load does not wait on a mispredicted branch (numba lowers a
+    conditional expression to a branch); unsigned, so that numba adds no adjustment for
+    negative indices to each load. Inlined into the loop over probe keys."""
+    one = np.uint64(1)
+    size = np.uint64(n)
+    base = np.uint64(0)
+    if size == 0:
+        return base
+    while size > one:
+        half = size >> one
+        # keys[base + half - 1] < key: every key up to the middle is smaller, the answer lies above.
+        base += half * np.uint64(keys[base + half - one] < key)
+        size -= half
+    return base + np.uint64(keys[base] < key)
 
 
 @_jit
@@ -107,8 +129,14 @@ def _warm_fitting(start, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, 
     """:func:`_lookup_warm`'s loop over the probe keys from ``start`` on, while each key's
     entries fit in ``a_*``; returns the first key not looked up (all: ``len(qkeys)``), the new
     ``n`` and the room that key needs."""
-    n_keys = keys.shape[0]
-    n_dkeys = dkeys.shape[0]
+    # Every index is unsigned: numba adjusts a signed index for negative values at each load
+    # (measured against the same loop in Rust, docs/benchmarks.md).
+    one = np.uint64(1)
+    n_keys = np.uint64(keys.shape[0])
+    n_dkeys = np.uint64(dkeys.shape[0])
+    width = np.uint64(s_ids.shape[1])
+    flat_ids = s_ids.reshape(-1)
+    flat_d2 = s_d2.reshape(-1)
     bounded = s_r.shape[0] > 0
     for q in range(start, qkeys.shape[0]):
         key = qkeys[q]
@@ -116,33 +144,37 @@ def _warm_fitting(start, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, 
         if not _filtered(present, key):
             continue
         # A key's entries are the run of its equal keys, in the main part and in the delta.
-        lo0 = np.searchsorted(keys, key)
+        lo0 = _lower_bound(keys, n_keys, key)
         hi0 = lo0
         while hi0 < n_keys and keys[hi0] == key:
-            hi0 += 1
-        lo1 = np.searchsorted(dkeys, key)
+            hi0 += one
+        lo1 = _lower_bound(dkeys, n_dkeys, key)
         hi1 = lo1
         while hi1 < n_dkeys and dkeys[hi1] == key:
-            hi1 += 1
-        if n + (hi0 - lo0) + (hi1 - lo1) > a_row.shape[0]:
-            return q, n, n + (hi0 - lo0) + (hi1 - lo1)
-        obj = qowner[q]
+            hi1 += one
+        need = n + np.int64(hi0 - lo0) + np.int64(hi1 - lo1)
+        if need > a_row.shape[0]:
+            return q, n, need
+        obj = np.uint64(qowner[q])
         ot = o_t[obj]
         ox = o_x[obj]
         oy = o_y[obj]
         oid = o_ids[obj]
         for part in range(2):
             # (Two explicit branches: choosing the arrays by `part` inside one loop ran ~40 % slower.)
-            lo, hi = (lo0, hi0) if part == 0 else (lo1, hi1)
-            for e in range(lo, hi):
+            e, hi = (lo0, hi0) if part == 0 else (lo1, hi1)
+            while e < hi:
                 if part == 0:
-                    row = prow[e]
+                    row = np.uint64(prow[e])
+                    e += one
                     # A main entry's epoch is its row's at the last rebuild (Postings.row_epochs).
                     if prow_epoch[row] != epoch[row]:
                         continue
                 else:
-                    row = drow[e]
-                    if dep[e] != epoch[row]:
+                    row = np.uint64(drow[e])
+                    live = dep[e] == epoch[row]
+                    e += one
+                    if not live:
                         continue
                 tested[obj] += 1
                 dx = ox - s_x[row]
@@ -152,11 +184,9 @@ def _warm_fitting(start, qkeys, qowner, present, keys, prow, prow_epoch, dkeys, 
                     continue  # beyond the radius it was posted with: beyond the ball (lookup_accept, ``bound``)
                 if not (s_t[row] <= ot and ot < s_end[row]):
                     continue
-                kk = s_k[row] - 1
-                kid = s_ids[row, kk]
-                kd2 = s_d2[row, kk]
-                if _enters(d2, oid, kd2, kid):
-                    a_row[n] = row
+                kth = row * width + np.uint64(s_k[row]) - one
+                if _enters(d2, oid, flat_d2[kth], flat_ids[kth]):
+                    a_row[n] = np.int64(row)
                     a_oid[n] = oid
                     a_d2[n] = d2
                     a_ot[n] = ot
@@ -193,33 +223,40 @@ def _test_fitting(start, e_key, e_row, n_e, uptr, uowner, csr, prow_epoch, epoch
     (``n_e`` when all were), the new ``n`` and the room that entry needs."""
     bounded = s_r.shape[0] > 0
     room = a_row.shape[0]
+    one = np.uint64(1)
+    width = np.uint64(s_ids.shape[1])
+    flat_ids = s_ids.reshape(-1)
+    flat_d2 = s_d2.reshape(-1)
     for i in range(start, n_e):
-        row = e_row[i]
-        if row < 0:
-            row = -row - 1
-        elif prow_epoch[row] != epoch[row]:
-            continue  # stale: a main entry's epoch is its row's at the last rebuild
+        # Rows and objects as unsigned indices: no adjustment for negative values at each load.
+        signed_row = e_row[i]
+        if signed_row < 0:
+            row = np.uint64(-signed_row - 1)
+        else:
+            row = np.uint64(signed_row)
+            if prow_epoch[row] != epoch[row]:
+                continue  # stale: a main entry's epoch is its row's at the last rebuild
         u = e_key[i]
         j0, j1 = (uptr[u], uptr[u + 1]) if csr else (u, u + 1)
         if n + (j1 - j0) > room:
             return i, n, n + (j1 - j0)
+        sx = s_x[row]
+        sy = s_y[row]
         for j in range(j0, j1):
-            obj = uowner[j]
+            obj = np.uint64(uowner[j])
             ot = o_t[obj]
             tested[obj] += 1
-            dx = o_x[obj] - s_x[row]
-            dy = o_y[obj] - s_y[row]
+            dx = o_x[obj] - sx
+            dy = o_y[obj] - sy
             d2 = dx * dx + dy * dy
             if bounded and d2 > s_r[row] * s_r[row]:
                 continue  # beyond the radius it was posted with: beyond the ball (lookup_accept, ``bound``)
             if not (s_t[row] <= ot and ot < s_end[row]):
                 continue
-            kk = s_k[row] - 1
-            kid = s_ids[row, kk]
-            kd2 = s_d2[row, kk]
+            kth = row * width + np.uint64(s_k[row]) - one
             oid = o_ids[obj]
-            if _enters(d2, oid, kd2, kid):
-                a_row[n] = row
+            if _enters(d2, oid, flat_d2[kth], flat_ids[kth]):
+                a_row[n] = np.int64(row)
                 a_oid[n] = oid
                 a_d2[n] = d2
                 a_ot[n] = ot
