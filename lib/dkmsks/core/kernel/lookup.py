@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _inline, _jit, _prefetch
+from dkmsks.core.jit import _inline, _jit, _prefetch, _select_unpredictable
 from dkmsks.core.kernel.common import _enters, _grow
 from dkmsks.core.kernel.key_filter import _FILTER_SHIFT, FILTER_MUL1, _filtered
 from dkmsks.core.kernel.probe import SortedProbe
@@ -42,10 +42,10 @@ def _lower_bound(keys: Any, n: Any, key: Any) -> Any:
     """The first position of sorted ``keys[:n]`` whose key is ``>= key`` (``n`` if none), as an
     unsigned integer: ``np.searchsorted``'s left side, without a branch per step.
 
-    Each step keeps the lower half's base or moves it to the middle by a product with the
-    comparison, so the next step's load does not wait on a mispredicted branch (numba lowers a
-    conditional expression to a branch); unsigned, so that numba adds no adjustment for
-    negative indices to each load. Inlined into the loop over probe keys."""
+    Each step keeps the lower half's base or moves it to the middle by a conditional move
+    (:func:`~dkmsks.core.jit._select_unpredictable`), so the next step's load never waits on a
+    mispredicted branch; unsigned, so that numba adds no adjustment for negative values to each
+    load. Inlined into the loop over probe keys."""
     one = np.uint64(1)
     size = np.uint64(n)
     base = np.uint64(0)
@@ -54,7 +54,7 @@ def _lower_bound(keys: Any, n: Any, key: Any) -> Any:
     while size > one:
         half = size >> one
         # keys[base + half - 1] < key: every key up to the middle is smaller, the answer lies above.
-        base += half * np.uint64(keys[base + half - one] < key)
+        base = _select_unpredictable(keys[base + half - one] < key, base + half, base)
         size -= half
     return base + np.uint64(keys[base] < key)
 
