@@ -36,7 +36,6 @@ except ImportError:  # pragma: no cover - exercised only on a machine without nu
 
 
 _prefetch: Any
-_select_unpredictable: Any
 if HAVE_NUMBA:
     from llvmlite import ir
     from numba.core import cgutils, types
@@ -69,40 +68,12 @@ if HAVE_NUMBA:
         return sig, codegen
 
     _prefetch = intrinsic(_prefetch_typed)
-
-    def _select_typed(typingctx: Any, cond: Any, a: Any, b: Any) -> Any:  # noqa: ARG001 - numba's signature
-        """``a if cond else b`` as one conditional move: LLVM's ``select`` marked unpredictable.
-
-        numba lowers a conditional expression to a branch, and LLVM turns a select it deems
-        predictable back into one; a binary search's steps go either way at random, so each
-        mispredicted branch stalls the next step's load. The same search with a conditional
-        move took half the time (500,000 keys, random needles; Rust's ``partition_point``
-        searches this way). Integers of one type only."""
-        if not (isinstance(cond, types.Boolean) and isinstance(a, types.Integer) and a == b):
-            return None
-        sig = a(cond, a, b)
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:  # noqa: ARG001
-            flag, if_true, if_false = args
-            if flag.type != ir.IntType(1):
-                flag = builder.trunc(flag, ir.IntType(1))
-            chosen = builder.select(flag, if_true, if_false)
-            chosen.set_metadata("unpredictable", builder.module.add_metadata([]))
-            return chosen
-
-        return sig, codegen
-
-    _select_unpredictable = intrinsic(_select_typed)
 else:  # pragma: no cover - the numpy path never calls the kernels
 
     def _no_prefetch(array: Any, index: Any) -> None:  # noqa: ARG001
         return None
 
-    def _plain_select(cond: Any, a: Any, b: Any) -> Any:
-        return a if cond else b
-
     _prefetch = _no_prefetch
-    _select_unpredictable = _plain_select
 
 
 def kernel_name(requested: str | None = None) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _inline, _jit, _prefetch, _select_unpredictable
+from dkmsks.core.jit import _inline, _jit, _prefetch
 from dkmsks.core.kernel.common import _enters, _grow
 from dkmsks.core.kernel.key_filter import _FILTER_SHIFT, FILTER_MUL1, _filtered
 from dkmsks.core.kernel.probe import SortedProbe
@@ -40,12 +40,15 @@ def _grow_pairs(a_row: Any, a_oid: Any, a_d2: Any, a_ot: Any, n: int) -> Any:
 @_inline
 def _lower_bound(keys: Any, n: Any, key: Any) -> Any:
     """The first position of sorted ``keys[:n]`` whose key is ``>= key`` (``n`` if none), as an
-    unsigned integer: ``np.searchsorted``'s left side, without a branch per step.
+    unsigned integer: ``np.searchsorted``'s left side, inlined into the loop over probe keys.
 
-    Each step keeps the lower half's base or moves it to the middle by a conditional move
-    (:func:`~dkmsks.core.jit._select_unpredictable`), so the next step's load never waits on a
-    mispredicted branch; unsigned, so that numba adds no adjustment for negative values to each
-    load. Inlined into the loop over probe keys."""
+    Unsigned, so that numba adds no adjustment for negative values to each load. The step is
+    written as a product with the comparison, but LLVM compiles it to a predicted branch, and
+    here that is the faster form: a conditional move (LLVM's select marked unpredictable, as
+    Rust's ``partition_point`` searches) halved the search on one array in cache, yet made the
+    warm lookup 1-11 % slower at 1M/1M, against the Rust loop in the same runs: twenty workers'
+    postings do not fit in cache, and a predicted branch lets the next step's load start before
+    the comparison is known (docs/benchmarks.md)."""
     one = np.uint64(1)
     size = np.uint64(n)
     base = np.uint64(0)
@@ -54,7 +57,7 @@ def _lower_bound(keys: Any, n: Any, key: Any) -> Any:
     while size > one:
         half = size >> one
         # keys[base + half - 1] < key: every key up to the middle is smaller, the answer lies above.
-        base = _select_unpredictable(keys[base + half - one] < key, base + half, base)
+        base += half * np.uint64(keys[base + half - one] < key)
         size -= half
     return base + np.uint64(keys[base] < key)
 
