@@ -175,6 +175,27 @@ def test_a_rebuild_holds_the_live_entries_sorted_the_same_in_both_kernels(seed: 
         assert _filter_test(b._present, b.keys).all()  # noqa: SLF001
 
 
+def test_a_rebuild_does_not_keep_delta_buffers_the_size_of_the_first_build() -> None:
+    """The compiled delta's buffers grow with what it holds; an index built by posting every
+    entry through the delta must not keep buffers of the whole index after its rebuild (they
+    were half of a worker's index memory at 1M/1M), and a later delta still lands and merges."""
+    rng = np.random.default_rng(5)
+    p = Postings("numba")
+    epoch = np.zeros(1000, dtype=np.int32)
+    keys = rng.integers(0, 2**40, 200_000).astype(np.int64)
+    rows = rng.integers(0, 1000, 200_000).astype(np.int64)
+    p.insert(keys, rows, epoch[rows])
+    assert p._sk.shape[0] >= 200_000  # noqa: SLF001 - the first build went through the buffers
+    p.rebuild(epoch)
+    assert p.n_main == 200_000
+    assert p._sk.shape[0] <= p.n_main // 4  # noqa: SLF001
+    more = rng.integers(0, 2**40, 3000).astype(np.int64)
+    p.insert(more, rows[:3000], epoch[rows[:3000]])
+    assert p.n_delta == 3000 and p._sk.shape[0] <= p.n_main // 4  # noqa: SLF001
+    p.rebuild(epoch)
+    assert p.n_main == 203_000 and np.array_equal(p.keys, np.sort(np.concatenate([keys, more])))
+
+
 def test_the_compiled_delta_refuses_buffers_without_room() -> None:
     from dkmsks.core import kernel
 

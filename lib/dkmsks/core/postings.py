@@ -235,7 +235,15 @@ class Postings:
         self.fences = self.keys[:: kernel.FENCE_STRIDE].copy()
         self.row_epochs = current_epoch.copy()
         del keys, rows, order
-        self._n_sorted = 0  # the buffers stay, for the next delta
+        self._n_sorted = 0  # the buffers stay, for the next delta, unless far larger than one:
+        if self._sk.shape[0] > max(1024, self.n_main // 4):
+            # The index's first build posts every entry through the delta, so its buffers would
+            # keep the size of the whole index: half of a worker's index memory at 1M/1M
+            # (docs/benchmarks.md, "The memory target lost"). A delta is merged long before it
+            # reaches a quarter of the main part; the next insertion grows the buffers again.
+            self._sk = np.zeros(0, dtype=np.int64)
+            self._sr = np.zeros(0, dtype=np.int32)
+            self._se = np.zeros(0, dtype=np.int32)
         self.n_delta = 0
         self.n_stale = 0
         if self.compiled:  # the filter's bits set in one compiled pass (the same bits)
