@@ -69,6 +69,8 @@ pub struct Lookup {
     /// not fit in `cap`, so the caller grows the arrays and calls again from there, as
     /// numba's `_lookup_warm` does between calls of `_warm_fitting`.
     pub stop_q: usize,
+    /// Out: with `stop_q < n_q`, the pairs the arrays must hold to take that key's entries.
+    pub need: usize,
     /// Out: the accepted pairs, up to `cap` of them; the return value is how many there are.
     pub cap: usize,
     pub a_row: *mut i64,
@@ -214,6 +216,7 @@ unsafe fn lookup<const CHECKED: bool>(l: &mut Lookup) -> usize {
         let hi1 = run_end::<CHECKED>(dkeys, lo1, key);
         if n + (hi0 - lo0) + (hi1 - lo1) > cap {
             l.stop_q = q;
+            l.need = n + (hi0 - lo0) + (hi1 - lo1);
             return n;
         }
         let obj = at::<i64, CHECKED>(qowner, q) as usize;

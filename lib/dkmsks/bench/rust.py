@@ -79,7 +79,7 @@ class Lookup(ctypes.Structure):
         ("n_rows", _N), ("width", _N), ("s_t", _PTR), ("s_end", _PTR), ("s_x", _PTR), ("s_y", _PTR),
         ("s_k", _PTR), ("s_ids", _PTR), ("s_d2", _PTR), ("n_r", _N), ("s_r", _PTR),
         ("n_obj", _N), ("o_t", _PTR), ("o_x", _PTR), ("o_y", _PTR), ("o_ids", _PTR),
-        ("tested", _PTR), ("start_q", _N), ("n", _N), ("stop_q", _N),
+        ("tested", _PTR), ("start_q", _N), ("n", _N), ("stop_q", _N), ("need", _N),
         ("cap", _N), ("a_row", _PTR), ("a_oid", _PTR), ("a_d2", _PTR), ("a_ot", _PTR),
     ]
 
@@ -160,19 +160,11 @@ class Inputs:
             if arg.stop_q == arg.n_q:
                 return (*(a[: arg.n].copy() for a in out), tested)
             # The key at stop_q has more entries than the room left: grow as numba's _grow does.
-            need = arg.n + _entries_of(self, qkeys[arg.stop_q])
             for i, a in enumerate(out):
-                grown = np.empty(max(2 * a.shape[0], need, 64), dtype=a.dtype)
+                grown = np.empty(max(2 * a.shape[0], arg.need, 64), dtype=a.dtype)
                 grown[: arg.n] = a[: arg.n]
                 out[i] = grown
             arg.start_q = arg.stop_q
-
-
-def _entries_of(inputs: Inputs, key: int) -> int:
-    """How many entries (main part and delta) the postings hold under ``key``."""
-    keys, dk = inputs.index[1], inputs.index[5]
-    return int(np.searchsorted(keys, key, "right") - np.searchsorted(keys, key)
-               + np.searchsorted(dk, key, "right") - np.searchsorted(dk, key))
 
 
 def _p(a: np.ndarray, dtype: Any) -> int:

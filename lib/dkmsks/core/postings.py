@@ -121,9 +121,7 @@ class Postings:
         self._dk: list[Int64Array] = []
         self._dr: list[npt.NDArray[np.int32]] = []
         self._de: list[npt.NDArray[np.int32]] = []
-        self._sk = np.zeros(0, dtype=np.int64)
-        self._sr = np.zeros(0, dtype=np.int32)
-        self._se = np.zeros(0, dtype=np.int32)
+        self._release_buffers()
         self._n_sorted = 0
         self._n_pending = 0
         self.n_delta = 0
@@ -166,6 +164,12 @@ class Postings:
         self._dr.append(rows.astype(np.int32, copy=False))
         self._de.append(epochs.astype(np.int32, copy=False))
         self.n_delta += int(keys.shape[0])
+
+    def _release_buffers(self) -> None:
+        """Empty delta buffers (keys, rows, epochs); :meth:`_reserve` grows them when needed."""
+        self._sk = np.zeros(0, dtype=np.int64)
+        self._sr = np.zeros(0, dtype=np.int32)
+        self._se = np.zeros(0, dtype=np.int32)
 
     def _reserve(self, n: int) -> None:
         """Room for ``n`` delta entries in the buffers (grown by half, keeping those held)."""
@@ -241,9 +245,7 @@ class Postings:
             # keep the size of the whole index: half of a worker's index memory at 1M/1M
             # (docs/benchmarks.md, "The memory target lost"). A delta is merged long before it
             # reaches a quarter of the main part; the next insertion grows the buffers again.
-            self._sk = np.zeros(0, dtype=np.int64)
-            self._sr = np.zeros(0, dtype=np.int32)
-            self._se = np.zeros(0, dtype=np.int32)
+            self._release_buffers()
         self.n_delta = 0
         self.n_stale = 0
         if self.compiled:  # the filter's bits set in one compiled pass (the same bits)
