@@ -2,7 +2,8 @@
 # The README's main job, end to end on local Spark with embedded defaults and the real data:
 # generate a workload with the paper's protocol, then `dkm run` (ingest -> partition ->
 # every timestamp -> summary), then query the results with Spark SQL.
-# Sizes can be overridden: DEMO_O_INIT, DEMO_SUBSCRIPTIONS, DEMO_TIMESTAMPS, DEMO_WORKERS.
+# Sizes can be overridden: DEMO_O_INIT, DEMO_SUBSCRIPTIONS, DEMO_TIMESTAMPS, DEMO_WORKERS; the
+# folder of its workload and warehouse: DEMO_WORKDIR (.cache/demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
@@ -13,7 +14,7 @@ if [ ! -f "$DATA" ]; then
   echo "      (../shared/data) or set DKMSKS_DATA_DIR" >&2
   exit 2
 fi
-WORK=.cache/demo
+WORK=${DEMO_WORKDIR:-.cache/demo}
 O_INIT=${DEMO_O_INIT:-100000}
 SUBS=${DEMO_SUBSCRIPTIONS:-20000}
 TS=${DEMO_TIMESTAMPS:-10}
@@ -28,5 +29,5 @@ fi
 echo
 echo "Three subscriptions' current results (dkm sql over the knn_results view):"
 .venv/bin/dkm sql --warehouse "$WORK/warehouse-$tag" --limit 15 \
-  "SELECT sub_id, rank, object_id, round(distance, 5) AS distance, object_keywords FROM knn_results WHERE sub_id IN (SELECT sub_id FROM knn_state ORDER BY sub_id LIMIT 3) ORDER BY sub_id, rank" \
+  "SELECT sub_id, rank, object_id, round(distance, 5) AS distance, object_keywords FROM knn_results WHERE sub_id IN (SELECT sub_id FROM knn_current ORDER BY sub_id LIMIT 3) ORDER BY sub_id, rank" \
   2> >(grep -v -E "WARN|log4j|setLogLevel" >&2)
