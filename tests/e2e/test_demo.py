@@ -40,7 +40,7 @@ def test_the_demo_prints_the_exact_current_results_of_the_first_three_live_subsc
     vocab = Vocabulary()
     objects = read_objects(workload / "objects.tsv.gz", vocab).objects
     events = read_events(workload / "events.tsv.gz", vocab).events
-    deleted = {int(i) for i, op in zip(events.ids, events.op) if op == Op.DELETE}
+    deleted = set(events.ids[events.op == Op.DELETE].tolist())
     assert {0, 2} <= deleted, "the workload no longer deletes what this test is about; pick other sizes"
 
     expected_results = oracle_results(objects, events, TIMESTAMPS)
@@ -49,7 +49,7 @@ def test_the_demo_prints_the_exact_current_results_of_the_first_three_live_subsc
     expected = []
     for sub_id in first_three:
         result = expected_results[sub_id]
-        for rank, (object_id, d2) in enumerate(zip(result.object_ids, result.d2), start=1):
+        for rank, (object_id, d2) in enumerate(zip(result.object_ids, result.d2, strict=True), start=1):
             words = sorted(vocab.word(w) for w in objects.keywords.row(row_of[int(object_id)]))
             expected.append((sub_id, rank, int(object_id), math.sqrt(d2), words))
     expected = expected[:PRINTED_ROWS]
@@ -58,7 +58,7 @@ def test_the_demo_prints_the_exact_current_results_of_the_first_three_live_subsc
     header, *rows = printed_table(done.stdout)
     assert header == ["sub_id", "rank", "object_id", "distance", "object_keywords"]
     assert len(rows) == len(expected), f"printed {rows}, the oracle's rows are {expected}"
-    for cells, (sub_id, rank, object_id, distance, words) in zip(rows, expected):
+    for cells, (sub_id, rank, object_id, distance, words) in zip(rows, expected, strict=True):
         assert (int(cells[0]), int(cells[1]), int(cells[2])) == (sub_id, rank, object_id), (cells, expected)
         # The demo prints round(distance, 5).
         assert abs(float(cells[3]) - distance) <= 5e-6 + 1e-12, (cells, distance)
