@@ -42,4 +42,4 @@ fi
 # core's sources>, dkmsks.numba_cache) unless it holds them for these sources already (then a load,
 # ~1 s): the first Spark job's worker processes then load them instead of each compiling them at
 # once (a cold compile of every kernel took 48 s on the 2-core VM).
-.venv/bin/python -c "from dkmsks.core.kernel import warm_up; warm_up()"
+.venv/bin/python -c "from dkmsks.core.warm import warm_up; warm_up()"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NAMES_FILE, PLACE_FILE, require_real_data
-from dkmsks.bench.paper import PaperConfig, Store
+from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.cli import main
 from dkmsks.core.workload import WorkloadSpec
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dkmsks.bench.paper import PaperConfig, Store
+from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.bench.paper_results import Results, merge_runs, per_worker, ps2_observation
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""kernel.warm_up compiles (or loads from numba's cache) every compiled kernel a worker can
+"""warm_up (dkmsks.core.warm) compiles (or loads from numba's cache) every compiled kernel a worker can
 call, so that no worker task compiles one on its first large batch (~10 s each, at once in
 every task: follow's first burst round took 20.7 s instead of 4.1 when the batch-sized
 lookup was missing from it)."""
@@ -33,7 +33,7 @@ INNER_KERNELS = (("merge", "_merge_sorted_into"), ("lookup", "_test_entries"),
                  ("grid", "_outside_id"), ("grid", "_first_level"), ("probe", "_radix_order"),
                  ("probe", "_stable_by"), ("probe", "_bits"))
 #: The package's modules, each holding some of the kernels above.
-KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid", "warm")
+KERNEL_MODULES = ("common", "key_filter", "probe", "lookup", "merge", "grid")
 #: The main server's compiled kernels (stats_kernel, new_book) that Python calls.
 SERVER_KERNELS = (("stats_kernel", "_count"), ("stats_kernel", "_sums"), ("stats_kernel", "_keyword_sums"),
                   ("stats_kernel", "_bounds_in_buckets"), ("new_book", "_pick"), ("new_book", "_boxes"))
@@ -66,8 +66,8 @@ def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
     # A fresh interpreter: the dispatchers of this one may have been compiled by other tests.
     script = (
         "import importlib\n"
-        "from dkmsks.core import kernel\n"
-        "kernel.warm_up()\n"
+        "from dkmsks.core.warm import warm_up\n"
+        "warm_up()\n"
         f"missing = [f'{{m}}.{{n}}' for m, n in {ENTRY_KERNELS!r}\n"
         "           if not getattr(importlib.import_module(f'dkmsks.core.kernel.{m}'), n).signatures]\n"
         "from dkmsks.core import knn_state_kernel, stats_kernel, sub_map\n"

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dkmsks.bench.common import DATASET_NAMES, describe_machine, load_average, machine, utc_now
-from dkmsks.bench.paper import FIGURES, PaperConfig, Store
 from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep, plot_workers
+from dkmsks.bench.paper_points import FIGURES, PaperConfig, Store
 from dkmsks.bench.paper_results import (
     AVOIDED_BELOW,
     GROWS_ABOVE,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.paper import PaperConfig, Point, Store
+from dkmsks.bench.paper_points import PaperConfig, Point, Store
 from dkmsks.bench.stats import ratio
 
 NAMES = {"kop": "KOP", "sop": "SOP", "dkm": "DkM-SKS", "ps2": "PS²Stream"}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dkmsks.bench.common import DKM, REPO, dataset_path, load_average, run_command
-from dkmsks.bench.paper import Store, point_record
+from dkmsks.bench.paper_points import Store, point_record
 from dkmsks.spark.session import DEFAULT_MASTER
 from dkmsks.spark.sql_files import statement
 

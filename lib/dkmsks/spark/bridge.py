@@ -27,6 +27,7 @@ from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions, Vocabul
 from dkmsks.core.protocol import RoutedDeletions, RoutedInsertions, add_insertions, remove_deletions
 from dkmsks.core.sets import has_duplicates
 from dkmsks.core.update import Worker
+from dkmsks.core.warm import warm_up
 from dkmsks.spark.worker_records import (
     METRIC_COLUMNS,
     WorkerRecords,
@@ -43,7 +44,7 @@ def warm_kernels() -> None:
     first round of follow mode at |S| = 1M, m = 20 took 185 s on 2 cores, the next 59
     timestamps 7.9 s); compiled once here, each worker process loads the cache (~0.5 s).
     """
-    kernel.warm_up(os.environ.get("DKMSKS_KERNEL") or None)
+    warm_up(os.environ.get("DKMSKS_KERNEL") or None)
 
 
 def warm_arrow() -> None:

@@ -27,8 +27,8 @@ fused multiply-add unless ``fastmath`` is asked for, which it is not here.
 The package's modules: :mod:`~dkmsks.core.kernel.common` (the exact test, compiled; array
 growth), :mod:`~dkmsks.core.kernel.key_filter` (the postings' key filter),
 :mod:`~dkmsks.core.kernel.probe` (the shared probe's sorted form), :mod:`~dkmsks.core.kernel.lookup`,
-:mod:`~dkmsks.core.kernel.merge`, :mod:`~dkmsks.core.kernel.grid` and
-:mod:`~dkmsks.core.kernel.warm` (compiling them all before a process's first timestamp). What
+:mod:`~dkmsks.core.kernel.merge` and :mod:`~dkmsks.core.kernel.grid`; :mod:`dkmsks.core.warm`
+compiles them all before a process's first timestamp. What
 they are compiled with (numba's decorator, the prefetch, the kernel choice) is
 :mod:`dkmsks.core.jit`.
 
@@ -45,9 +45,8 @@ from dkmsks.core.kernel.key_filter import FILTER_BITS, FILTER_BLOCK_BITS, FILTER
 from dkmsks.core.kernel.lookup import FENCE_STRIDE, NO_BOUND, lookup_accept, lookup_accept_sorted
 from dkmsks.core.kernel.merge import delta_append, invalidate_rows, merge_accepted, merge_pending
 from dkmsks.core.kernel.probe import Probe, SortedProbe, stable_order
-from dkmsks.core.kernel.warm import warm_up
 
 __all__ = ["FENCE_STRIDE", "FILTER_BITS", "FILTER_BLOCK_BITS", "FILTER_MUL1", "FILTER_MUL2", "HAVE_NUMBA", "KERNELS",
            "NO_BOUND", "Probe", "SortedProbe", "delta_append", "filter_set", "grid_entries", "grid_probe",
            "grid_reindex", "grid_sorted_probe", "invalidate_rows", "kernel_name", "lookup_accept",
-           "lookup_accept_sorted", "merge_accepted", "merge_pending", "stable_order", "warm_up"]
+           "lookup_accept_sorted", "merge_accepted", "merge_pending", "stable_order"]

@@ -1,4 +1,7 @@
-"""Compiling every kernel once, before a process's first timestamp."""
+"""Compiling every kernel once, before a process's first timestamp.
+
+It runs a tiny worker and a tiny main server, so it stands above them (:mod:`dkmsks.core.update`,
+:mod:`dkmsks.core.stats`, :mod:`dkmsks.core.partition`), not in the kernel package they import."""
 
 from __future__ import annotations
 
@@ -6,9 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from dkmsks.core import stats_kernel
 from dkmsks.core.jit import kernel_name
 from dkmsks.core.kernel.lookup import _COLD_KEYS, lookup_accept
 from dkmsks.core.kernel.probe import SortedProbe
+from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions
+from dkmsks.core.partition import new_book
+from dkmsks.core.stats import ObjectStatistics
+from dkmsks.core.sub_map import HashSubMap
+from dkmsks.core.update import Worker
 
 __all__ = ["warm_up"]
 
@@ -21,9 +30,6 @@ def warm_up(requested: str | None = None) -> None:
     Nothing to do when the kernel in use (:func:`kernel_name` of ``requested``) is numpy."""
     if kernel_name(requested) != "numba":
         return
-    from dkmsks.core.model import KeywordSets, Objects, Rect, Subscriptions
-    from dkmsks.core.update import Worker
-
     kws = KeywordSets.from_lists([[0], [0, 1]])
     worker = Worker("dkm", Rect(0.0, 0.0, 1.0, 1.0), kernel="numba")
     worker.add(Subscriptions(np.array([1, 2]), np.array([0.2, 0.8]), np.array([0.2, 0.8]), kws,
@@ -45,8 +51,6 @@ def warm_up(requested: str | None = None) -> None:
     worker.remove(np.array([1, 2]))  # the state's rows cleared, the index's entries made stale
     # The state's hash map (dkmsks.core.sub_map): lookups, insertions and deletions ran above;
     # a growth and a batch's deletions, as a bulk load and the Spark tasks run them.
-    from dkmsks.core.sub_map import HashSubMap
-
     ids = np.arange(64, dtype=np.int64)
     table = HashSubMap(1)
     table.insert(ids, ids, ids)
@@ -55,10 +59,6 @@ def warm_up(requested: str | None = None) -> None:
     # The main server's compiled paths: small batches of Eq. 4 counts and their per-row sums,
     # Eq. 1 sums, the id search (dkmsks.core.stats_kernel), the refresh's pick and boxes
     # (dkmsks.core.partition.new_book).
-    from dkmsks.core import stats_kernel
-    from dkmsks.core.partition import new_book
-    from dkmsks.core.stats import ObjectStatistics
-
     unit = np.array([0.0]), np.array([1.0])
     stats = ObjectStatistics.build(objects, 2, workers=1)
     stats.count_keyword_in_rects([0], unit[0], unit[0], unit[1], unit[1])
