@@ -41,7 +41,7 @@ LANDING = Asset("dkmsks://landing")
 PLAN = Asset("dkmsks://plan")
 RESULTS = Asset("dkmsks://results")
 
-#: Exit status of a job whose input is unusable as a whole (``dkmsks.io.formats.EXIT_INPUT_UNUSABLE``;
+#: Exit status of a job whose input is unusable as a whole (``dkmsks.io.rejections.EXIT_INPUT_UNUSABLE``;
 #: the DAG files import no dkmsks code, a test checks the two agree).
 EXIT_INPUT_UNUSABLE = 2
 #: How SparkSubmitHook reports spark-submit's exit status in the exception it raises.

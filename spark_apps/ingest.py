@@ -18,7 +18,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from dkmsks.io.formats import BOUNDS_HELP, EXIT_INPUT_UNUSABLE, InputError, bounds_option
+from dkmsks.io.formats import BOUNDS_HELP, bounds_option
+from dkmsks.io.rejections import EXIT_INPUT_UNUSABLE, InputError
 from dkmsks.spark.app import base_parser, main_with_session
 from dkmsks.warehouse import Warehouse
 

@@ -69,7 +69,7 @@ def projected_workload(folder: Path, spec) -> tuple[Path, Path]:
     moved to EPSG:3857 metres, written as ``objects.tsv.gz`` and ``events.tsv.gz``."""
     from dkmsks.core.model import Objects, SubscriptionEvents
     from dkmsks.core.workload import generate_workload
-    from dkmsks.io.formats import write_events, write_objects
+    from dkmsks.io.writers import write_events, write_objects
 
     source, vocab = real_objects(spec.objects_needed)
     objects, events = generate_workload(source, spec)

@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except (ValueError, OSError) as err:
         # Domain errors carry fix-it messages; a traceback would bury them.
-        from dkmsks.io.formats import InputError
+        from dkmsks.io.rejections import InputError
 
         if isinstance(err, (InputError, FileNotFoundError)) or type(err) is ValueError:
             print(f"dkm {args.command}: error: {err}", file=sys.stderr)

@@ -40,17 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import Vocabulary
-from dkmsks.io.formats import (
-    EVENT_COLUMNS,
-    OBJECT_COLUMNS,
-    Bounds,
-    RawRow,
-    Reason,
-    Rejection,
-    shorten,
-    validate_events,
-    validate_objects,
-)
+from dkmsks.io.formats import EVENT_COLUMNS, OBJECT_COLUMNS, Bounds, validate_events, validate_objects
+from dkmsks.io.raw_rows import RawRow
+from dkmsks.io.rejections import Reason, Rejection, shorten
 from dkmsks.spark import tables
 from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, where
@@ -288,7 +280,7 @@ def _subscription_id(value: Any) -> int:
 
 def _raw_rows(rows: list[Mapping[str, Any] | Sequence[Any]], columns: tuple[str, ...],
               t: int) -> list[RawRow | Rejection]:
-    """Rows given in memory as :data:`~dkmsks.io.formats.RawRow` text fields (their position
+    """Rows given in memory as :data:`~dkmsks.io.raw_rows.RawRow` text fields (their position
     is their line), or a :class:`Rejection` for a row of the wrong shape. ``t`` fills a
     missing timestamp."""
     out: list[RawRow | Rejection] = []

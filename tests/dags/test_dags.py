@@ -352,7 +352,7 @@ def test_check_pending_skips_a_scheduled_run_on_an_up_to_date_warehouse(dagbag, 
 
 
 def test_constants_shared_with_the_library_agree(common):
-    from dkmsks.io.formats import EXIT_INPUT_UNUSABLE
+    from dkmsks.io.rejections import EXIT_INPUT_UNUSABLE
 
     assert common.EXIT_INPUT_UNUSABLE == EXIT_INPUT_UNUSABLE == 2
 

@@ -19,7 +19,8 @@ from conftest import real_objects
 from dkmsks.core.model import Vocabulary
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import read_events, read_objects, read_results, write_events, write_objects, write_results
+from dkmsks.io.formats import read_events, read_objects
+from dkmsks.io.writers import read_results, write_events, write_objects, write_results
 
 from .conftest import Api
 

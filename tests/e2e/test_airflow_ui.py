@@ -27,7 +27,7 @@ import pytest
 
 from conftest import REPO, missing_prerequisite, real_objects
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import write_events, write_objects
+from dkmsks.io.writers import write_events, write_objects
 
 pytestmark = pytest.mark.e2e
 

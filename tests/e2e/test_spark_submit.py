@@ -13,7 +13,8 @@ from conftest import REPO, real_objects
 from dkmsks.core.model import Vocabulary
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import read_events, read_objects, read_results, write_events, write_objects, write_results
+from dkmsks.io.formats import read_events, read_objects
+from dkmsks.io.writers import read_results, write_events, write_objects, write_results
 
 pytestmark = pytest.mark.e2e
 

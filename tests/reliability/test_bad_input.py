@@ -49,7 +49,8 @@ def _write(path: Path, rows: list[str | bytes]) -> Path:
 @pytest.mark.unit
 def test_whole_inputs_fail_clearly_or_load_in_the_numpy_readers(tmp_path):
     from dkmsks.core.model import Vocabulary
-    from dkmsks.io.formats import InputError, read_objects
+    from dkmsks.io.formats import read_objects
+    from dkmsks.io.rejections import InputError
 
     for name, (path, outcome) in cat.write_whole_object_files(tmp_path).items():
         if outcome.startswith("error: "):

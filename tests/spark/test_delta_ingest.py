@@ -15,7 +15,8 @@ from bad_inputs import (
 )
 from conftest import PLACE_FILE, require_real_data
 from dkmsks.core.model import Vocabulary
-from dkmsks.io.formats import WGS84, AllRowsRejected, InputError, read_events, read_objects
+from dkmsks.io.formats import WGS84, read_events, read_objects
+from dkmsks.io.rejections import AllRowsRejected, InputError
 from dkmsks.spark.ingest import ingest_events, ingest_files, ingest_objects
 from dkmsks.spark.readers import read_events_df, read_objects_df
 from dkmsks.spark.sql_files import run_sql

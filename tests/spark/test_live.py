@@ -20,7 +20,8 @@ from dkmsks.core.config import PartitionConfig
 from dkmsks.core.model import Op, Vocabulary
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import read_events, read_objects, read_results, write_events, write_objects, write_results
+from dkmsks.io.formats import read_events, read_objects
+from dkmsks.io.writers import read_results, write_events, write_objects, write_results
 
 pytestmark = [pytest.mark.spark, pytest.mark.realdata]
 

@@ -13,7 +13,8 @@ from dkmsks.bench import naive_spark
 from dkmsks.core.model import Vocabulary, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import read_events, read_objects, write_events, write_objects
+from dkmsks.io.formats import read_events, read_objects
+from dkmsks.io.writers import write_events, write_objects
 
 pytestmark = pytest.mark.spark
 

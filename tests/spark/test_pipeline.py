@@ -23,7 +23,8 @@ from dkmsks.core.engine import build_engine
 from dkmsks.core.model import Vocabulary, describe_difference, results_equal
 from dkmsks.core.oracle import oracle_results
 from dkmsks.core.workload import WorkloadSpec, generate_workload
-from dkmsks.io.formats import read_events, read_objects, write_events, write_objects
+from dkmsks.io.formats import read_events, read_objects
+from dkmsks.io.writers import write_events, write_objects
 from scan_metrics import rows_scanned
 
 pytestmark = pytest.mark.spark

@@ -299,7 +299,7 @@ def test_the_refresh_hears_of_later_subscriptions_only_and_costs_alike(method: s
 def test_simulate_cli_export_equals_oracle(method: str, tmp_path: Path, capsys) -> None:
     from dkmsks.cli import main
     from dkmsks.core.model import Vocabulary
-    from dkmsks.io.formats import read_results, write_events, write_objects
+    from dkmsks.io.writers import read_results, write_events, write_objects
 
     objects, events = adversarial_case(90, timestamps=5)
     vocab = Vocabulary([f"kw{i}" for i in range(10)])

@@ -24,21 +24,16 @@ from dkmsks.io.formats import (
     NON_FINITE_PATTERN,
     OBJECT_COLUMNS,
     WGS84,
-    AllRowsRejected,
     Bounds,
-    InputError,
-    TimeWindow,
     bounds_option,
-    file_rows,
     read_events,
     read_objects,
-    read_results,
     validate_events,
     validate_objects,
-    write_events,
-    write_objects,
-    write_results,
 )
+from dkmsks.io.raw_rows import TimeWindow, file_rows
+from dkmsks.io.rejections import AllRowsRejected, InputError
+from dkmsks.io.writers import read_results, write_events, write_objects, write_results
 
 pytestmark = pytest.mark.unit
 
@@ -303,9 +298,9 @@ def test_results_export_is_ordered_json_lines(tmp_path):
 def test_results_export_lines_are_exact_across_sliced_batches(tmp_path, monkeypatch):
     """Several Arrow batches (each a slice of one table, with offsets not starting at 0) give
     the lines ``json.dumps`` gives, every distance reading back as ``np.sqrt(d2)``."""
-    import dkmsks.io.formats as formats
+    import dkmsks.io.writers as writers
 
-    monkeypatch.setattr(formats, "_EXPORT_BATCH_ROWS", 3)
+    monkeypatch.setattr(writers, "_EXPORT_BATCH_ROWS", 3)
     rng = np.random.default_rng(5)
     results = {}
     for s in range(11):
@@ -384,9 +379,9 @@ def test_the_columnar_export_reads_back_as_json_dumps_of_every_float(tmp_path, m
     """Distances that print differently in Arrow and in Python (whole numbers, 1e-05, huge,
     tiny), empty results, and more rows than one formatting batch: every line parses to what
     ``json.dumps`` of the same result gives."""
-    import dkmsks.io.formats as formats
+    import dkmsks.io.writers as writers
 
-    monkeypatch.setattr(formats, "_EXPORT_BATCH_ROWS", 3)
+    monkeypatch.setattr(writers, "_EXPORT_BATCH_ROWS", 3)
     d2s = [[0.0, 1.0, 4.0], [1e-10, 2.0], [], [1e300, 1e-300 ** 2 + 5e-324], [0.1, 0.2 + 0.1], [9.0], [1 / 3], [2.5e-7]]
     results = {10 * i + 1: KnnResult(np.arange(len(d), dtype=np.int64) * (2**61 + 7 * i), np.array(d, dtype=np.float64))
                for i, d in enumerate(d2s)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dkmsks.cli import main
-from dkmsks.io.formats import AllRowsRejected
+from dkmsks.io.rejections import AllRowsRejected
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake
 from dkmsks.spark.publish import publish_files

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> dict:
     """Publish the workload timestamp by timestamp and measure when each becomes visible."""
     from dkmsks.client import Client
     from dkmsks.core.workload import WorkloadSpec, generate_workload
-    from dkmsks.io.formats import write_events, write_objects
+    from dkmsks.io.writers import write_events, write_objects
     from dkmsks.warehouse import Warehouse
 
     work: Path = args.workdir

@@ -70,7 +70,8 @@ def make_workload(folder: Path, *, o_init: int, subscriptions: int, timestamps: 
     """Generate the paper workload from the real data into ``folder`` (objects/events .tsv.gz)."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.workload import WorkloadSpec, generate_workload
-    from dkmsks.io.formats import read_objects, write_events, write_objects
+    from dkmsks.io.formats import read_objects
+    from dkmsks.io.writers import write_events, write_objects
 
     started = time.perf_counter()
     spec = WorkloadSpec(o_init=o_init, subscriptions=subscriptions, timestamps=timestamps, seed=seed)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dkmsks.io.formats import Rejection
+from dkmsks.io.rejections import Rejection
 
 #: ``lib/dkmsks/commands`` -> repository root; the shared data folder sits beside it.
 _REPO = Path(__file__).resolve().parents[3]

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm export`` with the parsed ``args``; the exit status."""
-    from dkmsks.io.formats import write_results_table
+    from dkmsks.io.writers import write_results_table
     from dkmsks.spark.export import results_table_as_of
     from dkmsks.spark.lake import Lake
 

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``dkm generate`` with the parsed ``args``; the exit status."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.workload import WorkloadSpec, generate_workload
-    from dkmsks.io.formats import read_objects, write_events, write_objects
+    from dkmsks.io.formats import read_objects
+    from dkmsks.io.writers import write_events, write_objects
 
     spec = WorkloadSpec(
         o_init=args.o_init, subscriptions=args.subscriptions, timestamps=args.timestamps,

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``dkm oracle`` with the parsed ``args``; the exit status."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
-    from dkmsks.io.formats import read_events, read_objects, write_results
+    from dkmsks.io.formats import read_events, read_objects
+    from dkmsks.io.writers import write_results
 
     started = time.perf_counter()
     vocab = Vocabulary()

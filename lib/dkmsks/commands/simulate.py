@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dkmsks.core.engine import build_engine
     from dkmsks.core.model import Vocabulary
-    from dkmsks.io.formats import read_events, read_objects, write_results
+    from dkmsks.io.formats import read_events, read_objects
+    from dkmsks.io.writers import write_results
 
     config = config_from_args(args)
     started = time.perf_counter()

@@ -11,9 +11,9 @@ equal to a landed one is a replay and changes nothing.
 
 Nothing is written before every file of a call (:func:`ingest_files`) has been read to its end
 and validated. So a file that is unusable as a whole — truncated or corrupt gzip data, missing
-columns — raises :class:`~dkmsks.io.formats.InputError` and loads nothing, from any of the
+columns — raises :class:`~dkmsks.io.rejections.InputError` and loads nothing, from any of the
 files. A file that has rows and rejects every one raises
-:class:`~dkmsks.io.formats.AllRowsRejected` naming the commonest reasons: the quarantine rows
+:class:`~dkmsks.io.rejections.AllRowsRejected` naming the commonest reasons: the quarantine rows
 of every file of the call are written first, so they can be inspected (``dkm status``, the
 ``quarantine`` table), but no accepted row of any file is merged. A file with a header and
 no row is an empty batch: nothing to load, and no error.
@@ -33,7 +33,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dkmsks.io.formats import NUMBER_PATTERN, QUOTED_VALUE_PATTERN, AllRowsRejected, Bounds
+from dkmsks.io.formats import Bounds
+from dkmsks.io.rejections import NUMBER_PATTERN, QUOTED_VALUE_PATTERN, AllRowsRejected
 from dkmsks.spark.landing import landing_lock, sealed_through
 from dkmsks.spark.readers import file_read_errors, read_events_df, read_objects_df
 from dkmsks.spark.sql_files import run_sql
@@ -86,7 +87,7 @@ def _window(df: DataFrame, after: int | None, upto: int | None) -> DataFrame:
 
 
 def _commonest_reasons(rejected: DataFrame, top: int = 3) -> list[tuple[int, int, str]]:
-    """:func:`dkmsks.io.formats.commonest_reasons` over a DataFrame of quarantine rows."""
+    """:func:`dkmsks.io.rejections.commonest_reasons` over a DataFrame of quarantine rows."""
     kind = F.regexp_replace(F.regexp_replace("reason", QUOTED_VALUE_PATTERN.pattern, "'...'"),
                             NUMBER_PATTERN.pattern, "N")
     ranked = (rejected.groupBy(kind.alias("kind"))
@@ -149,8 +150,8 @@ def ingest_files(
     into ``quarantine``; one report per file given, objects first.
 
     ``bounds=None`` accepts any finite coordinate; a :class:`~dkmsks.io.formats.Bounds`
-    refuses rows outside it. Raises :class:`~dkmsks.io.formats.InputError` when a file is
-    unusable, having written nothing, and :class:`~dkmsks.io.formats.AllRowsRejected` when a
+    refuses rows outside it. Raises :class:`~dkmsks.io.rejections.InputError` when a file is
+    unusable, having written nothing, and :class:`~dkmsks.io.rejections.AllRowsRejected` when a
     file rejected every row, having written only the quarantine rows (module docstring).
     """
     checked = []

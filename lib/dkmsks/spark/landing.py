@@ -39,15 +39,8 @@ import pyarrow.compute as pc
 
 from dkmsks.core.model import Op
 from dkmsks.core.sets import in_any_sorted
-from dkmsks.io.formats import (
-    EVENT_COLUMNS,
-    OBJECT_COLUMNS,
-    TEXT_LIMIT,
-    InputError,
-    Reason,
-    Rejection,
-    replay_liveness,
-)
+from dkmsks.io.formats import EVENT_COLUMNS, OBJECT_COLUMNS, replay_liveness
+from dkmsks.io.rejections import TEXT_LIMIT, InputError, Reason, Rejection
 from dkmsks.spark import driver_data, tables
 from dkmsks.spark.journal import last_processed
 from dkmsks.spark.lake import Lake, where

@@ -9,7 +9,7 @@ No JVM is started: a publish is a delta-rs read or two and one append per table.
 :func:`publish_files` is ``dkm publish``: the next timestamps of a workload after the newest
 landed one. A workload file holds the whole stream, so the rows of other timestamps are
 skipped by a cheap look at their ``t`` field before any validation
-(:func:`dkmsks.io.formats.file_rows`); rows whose ``t`` is not plainly readable are validated
+(:func:`dkmsks.io.raw_rows.file_rows`); rows whose ``t`` is not plainly readable are validated
 in every window and land in theirs.
 """
 
@@ -26,17 +26,14 @@ from dkmsks.core.model import Op, Vocabulary
 from dkmsks.io.formats import (
     EVENT_COLUMNS,
     OBJECT_COLUMNS,
-    AllRowsRejected,
     Bounds,
     EventsLoad,
     ObjectsLoad,
-    Rejection,
-    TimeWindow,
-    commonest_reasons,
-    file_rows,
     validate_events,
     validate_objects,
 )
+from dkmsks.io.raw_rows import TimeWindow, file_rows
+from dkmsks.io.rejections import AllRowsRejected, Rejection, commonest_reasons
 from dkmsks.spark import tables
 from dkmsks.spark.lake import Lake, where
 from dkmsks.spark.landing import PublishReport, publish_rows, sealed_through
@@ -106,8 +103,8 @@ def publish_files(warehouse: Warehouse, *, objects: Path | None = None, events: 
     ``after``, by default the newest timestamp landed from files of these names or the last
     one the pipeline took, whichever is newer (:func:`newest_landed`; module doc).
 
-    Raises :class:`~dkmsks.io.formats.InputError` for a file unusable as a whole, having
-    written nothing, and :class:`~dkmsks.io.formats.AllRowsRejected` for a file with no usable
+    Raises :class:`~dkmsks.io.rejections.InputError` for a file unusable as a whole, having
+    written nothing, and :class:`~dkmsks.io.rejections.AllRowsRejected` for a file with no usable
     row at all (every row read was refused and none lay outside the window), after
     quarantining the refused rows for inspection.
     """

@@ -1,6 +1,6 @@
 """Spark readers for objects and subscription-event files, with the rules of
-:mod:`dkmsks.io.formats` (its patterns, limits, :class:`~dkmsks.io.formats.Bounds` and
-:class:`~dkmsks.io.formats.Reason` texts) written as Spark SQL expressions.
+:mod:`dkmsks.io.formats` (its patterns, limits and :class:`~dkmsks.io.formats.Bounds`; the
+:class:`~dkmsks.io.rejections.Reason` texts) written as Spark SQL expressions.
 
 Each reader returns ``(accepted, rejected)`` DataFrames; ``rejected`` has the
 :data:`~dkmsks.spark.schemas.QUARANTINE` schema (source, line, reason, text). For the same
@@ -10,9 +10,9 @@ is SQL (no Python UDF on the hot path); only the per-id replay of subscription e
 Python, through ``mapInPandas``.
 
 Broken gzip data is found on the driver before any Spark job
-(:func:`~dkmsks.io.formats.check_gzip_data`), so the user sees one line, not an executor's JVM
+(:func:`~dkmsks.io.raw_rows.check_gzip_data`), so the user sees one line, not an executor's JVM
 stack trace; a failure Spark still meets while reading a file (one that changed meanwhile, a
-broken Parquet footer) becomes a one-line :class:`~dkmsks.io.formats.InputError` through
+broken Parquet footer) becomes a one-line :class:`~dkmsks.io.rejections.InputError` through
 :func:`file_read_errors`.
 """
 
@@ -38,16 +38,10 @@ from dkmsks.io.formats import (
     MAX_KEYWORD_LENGTH,
     NON_FINITE_PATTERN,
     OBJECT_COLUMNS,
-    QUOTE_LIMIT,
-    TEXT_LIMIT,
     Bounds,
-    InputError,
-    Reason,
-    check_file,
-    check_gzip_data,
-    corrupt_gzip_error,
-    truncated_gzip_error,
 )
+from dkmsks.io.raw_rows import check_file, check_gzip_data
+from dkmsks.io.rejections import QUOTE_LIMIT, TEXT_LIMIT, InputError, Reason, corrupt_gzip_error, truncated_gzip_error
 from dkmsks.spark import schemas
 
 
@@ -160,7 +154,7 @@ def _lines(spark: SparkSession, path: Path, columns: tuple[str, ...]) -> tuple[D
 
 
 def _shorten(value: Column) -> Column:
-    """:func:`dkmsks.io.formats.shorten` as an expression."""
+    """:func:`dkmsks.io.rejections.shorten` as an expression."""
     return F.when(F.length(value) > QUOTE_LIMIT, F.concat(F.substring(value, 1, QUOTE_LIMIT), F.lit("..."))
                   ).otherwise(value)
 
