@@ -76,7 +76,7 @@ ENV SPARK_WORKER_DIR=/var/lib/dkmsks/spark-work \
     NUMBA_CACHE_DIR=/var/cache/dkmsks/numba
 RUN install -d -o dkmsks -g dkmsks /var/cache/dkmsks/numba
 USER dkmsks
-RUN .venv/bin/python -c "from dkmsks.core.kernel import warm_up; warm_up()"
+RUN .venv/bin/python -c "from dkmsks.core.warm import warm_up; warm_up()"
 # tini as PID 1 passes SIGTERM on to the service and reaps the processes Spark forks.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["dkm", "--help"]
