@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["HAVE_NUMBA", "KERNELS", "kernel_name"]
+import numpy as np
+
+__all__ = ["HAVE_NUMBA", "KERNELS", "kernel_name", "read_only"]
 
 #: The kernel names :func:`kernel_name` accepts.
 KERNELS = ("numba", "numpy")
@@ -84,3 +86,14 @@ def kernel_name(requested: str | None = None) -> str:
     if name == "numba" and not HAVE_NUMBA:
         raise ValueError("kernel 'numba' asked for, but numba cannot be imported; use kernel='numpy'")
     return name
+
+
+def read_only(values: np.ndarray) -> np.ndarray:
+    """A read-only view of ``values`` (no copy), for an array a compiled function only reads.
+
+    numba compiles a read-only array as a type of its own: a wrapper that passes every caller's
+    array this way compiles once, whether the caller's is writable or not (the main server's
+    plan columns are read-only, most others are not), and ``warm_up`` compiles that one."""
+    view = values.view()
+    view.flags.writeable = False
+    return view

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import HAVE_NUMBA, _jit, _prefetch
+from dkmsks.core.jit import HAVE_NUMBA, _jit, _prefetch, read_only
 from dkmsks.core.model import Float64Array, Int64Array
 
 __all__ = ["HAVE_NUMBA", "Axes", "axis_table", "bounds_in_buckets", "count_keyword_in_rects", "keyword_sums",
@@ -72,7 +72,7 @@ def axis_table(values: Float64Array | Int64Array) -> AxisTable:
     origin = float(values[0]) if n else 0.0
     span = float(values[-1]) - origin if n else 0.0
     scale = n_buckets / span if span > 0 and np.isfinite(span) else 0.0
-    return _axis_starts(values, origin, scale, n_buckets), origin, scale
+    return _axis_starts(read_only(values), origin, scale, n_buckets), origin, scale
 
 
 @_jit
@@ -113,7 +113,7 @@ def bounds_in_buckets(values: Any, table: AxisTable, queries: Any, *, right: boo
     """``np.searchsorted(values, queries, side=...)`` through ``table = axis_table(values)``
     (no NaN among ``queries``)."""
     starts, origin, scale = table
-    return _bounds_in_buckets(values, starts, origin, scale, queries, right)
+    return _bounds_in_buckets(read_only(values), starts, origin, scale, queries, right)
 
 
 @_jit

@@ -21,6 +21,7 @@ from dkmsks.core.update import Worker
 
 __all__ = ["warm_up"]
 
+
 def warm_up(requested: str | None = None) -> None:
     """Compile (or load from numba's cache) every kernel by running a tiny worker through one
     insertion, one re-index and one update, and a tiny main server's count: a process's first
@@ -67,18 +68,7 @@ def warm_up(requested: str | None = None) -> None:
     stats.keyword_sums(kws, rows)
     ids = np.array([3, 5], dtype=np.int64)
     stats_kernel.bounds_in_buckets(ids, stats_kernel.axis_table(ids), ids)
-    # numba compiles a read-only array as a type of its own, and the main server passes some:
-    # the plan's shared id column to the id search, the workers' reported radii to the pick.
-    plan_ids = _read_only(ids)
-    stats_kernel.bounds_in_buckets(plan_ids, stats_kernel.axis_table(plan_ids), ids, right=True)
     book = new_book.NewSubscriptionBook()
     book.add(ids, np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros(2), np.zeros(2), kws)
     new_book.pick_recosts(book, ids, np.ones(2), 0.5)
-    new_book.pick_recosts(book, ids, _read_only(np.ones(2)), 0.5)
     new_book.ball_boxes_compiled(np.zeros(2), np.zeros(2), np.ones(2), Rect(0.0, 0.0, 1.0, 1.0))
-
-
-def _read_only(values: np.ndarray) -> np.ndarray:
-    frozen = values.copy()
-    frozen.flags.writeable = False
-    return frozen

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.core.jit import _jit, _prefetch
+from dkmsks.core.jit import _jit, _prefetch, read_only
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Rect
 from dkmsks.core.sets import has_duplicates, member
 
@@ -192,7 +192,7 @@ def pick_recosts(book: NewSubscriptionBook, ids: Int64Array, radius2: Float64Arr
     """:func:`pick_recosts_numpy` in one compiled pass."""
     if ids.shape[0] != radius2.shape[0]:  # (the compiled pass reads without bounds checks)
         raise ValueError("one radius² per subscription id")
-    return _pick(np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(radius2, dtype=np.float64),
+    return _pick(np.ascontiguousarray(ids, dtype=np.int64), read_only(np.ascontiguousarray(radius2, dtype=np.float64)),
                  book.ids, book.rows, book.costed_r2, float(shrink))
 
 
