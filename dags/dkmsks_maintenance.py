@@ -22,7 +22,7 @@ from airflow.sdk import Param, dag
 from dkmsks_common import DEFAULT_ARGS, JOB_PARAMS, MACROS, START, spark_job
 
 SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "30 4 * * *")
-#: The horizon's default, as dkmsks.spark.retention reads it (tests/dags checks they agree).
+#: The horizon's default, as dkmsks.storage.retention reads it (tests/dags checks they agree).
 RETENTION_HOURS = int(os.environ.get("DKMSKS_AS_OF_RETENTION_HOURS") or 168)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from dkmsks.spark.app import base_parser, main_with_session
-from dkmsks.spark.retention import DEFAULT_HOURS, ENV
+from dkmsks.storage.retention import DEFAULT_HOURS, ENV
 from dkmsks.warehouse import Warehouse
 
 

@@ -56,8 +56,8 @@ def follow(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
     """Process the pending timestamps with the current plan; the exit status."""
     from dkmsks.jobs.microbatch import run_microbatch
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.plans import current_plan
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.plans import current_plan
 
     if current_plan(Lake.of(warehouse)) is None:
         # A scheduled run before the first partitioning has nothing to do; it is not an error.

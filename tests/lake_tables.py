@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake
 from dkmsks.warehouse import Warehouse
 
 DDL = Path(__file__).resolve().parents[1] / "sql" / "ddl"
@@ -65,7 +65,7 @@ def partitioned_warehouse(root: Path, *, objects: list[tuple], subscriptions: li
     keywords, t``) landed, the initial ``subscriptions`` (``id, x, y, keywords, k``) live in
     ``knn_state`` with empty results (no test here reads them), a plan, and the ledger
     record of ``t0``."""
-    from dkmsks.spark.journal import commit_first_ledger
+    from dkmsks.storage.journal import commit_first_ledger
 
     warehouse = Warehouse(root)
     lake = create_tables(warehouse)

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dkm`` entry point: run the sub-command; its exit status (one-line errors, no traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from dkmsks.spark.writer_lock import WriterBusy
+    from dkmsks.storage.writer_lock import WriterBusy
 
     try:
         return int(args.func(args) or 0)

@@ -2,7 +2,7 @@
 
 Usable from a notebook or any process next to the pipeline, without a JVM: every call reads
 the Delta logs or appends to the landing tables through delta-rs (DESIGN §4 "Spark-free
-access"), following the landing protocol of :mod:`dkmsks.spark.landing`::
+access"), following the landing protocol of :mod:`dkmsks.storage.landing`::
 
     from dkmsks.client import Client
 
@@ -21,7 +21,7 @@ Validation uses the readers' rule set (:mod:`dkmsks.io.formats`): a bad field ra
 ``ValueError`` whose message names the field and the rule; a subscribe of a live id, an
 unsubscribe of an id that is not live at ``t`` (the current state plus the events landed but
 not processed yet) and an explicit ``t`` that is closed raise
-:class:`~dkmsks.spark.landing.RefusedRows` (a ``ValueError``) with the reason, writing nothing.
+:class:`~dkmsks.storage.landing.RefusedRows` (a ``ValueError``) with the reason, writing nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from dkmsks.core.model import Vocabulary
 from dkmsks.io.formats import EVENT_COLUMNS, OBJECT_COLUMNS, Bounds, validate_events, validate_objects
 from dkmsks.io.raw_rows import RawRow
 from dkmsks.io.rejections import Reason, Rejection, shorten
-from dkmsks.spark import tables
-from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.landing import PublishReport, RefusedRows, next_open_timestamp, publish_rows
+from dkmsks.storage import tables
+from dkmsks.storage.journal import last_processed
+from dkmsks.storage.lake import Lake, where
+from dkmsks.storage.landing import PublishReport, RefusedRows, next_open_timestamp, publish_rows
 from dkmsks.warehouse import Warehouse
 
 #: The landing source of subscriptions made through :meth:`Client.subscribe` / ``unsubscribe``.
@@ -123,7 +123,7 @@ class Client:
         return self._event("delete", id, None, None, None, None, t)
 
     def _event(self, op: str, sid: Any, x: Any, y: Any, keywords: Any, k: Any, t: int | None) -> int:
-        from dkmsks.spark.publish import events_table
+        from dkmsks.storage.publish import events_table
 
         for attempt in range(_OPEN_ATTEMPTS):
             at = self.next_open_timestamp() if t is None else t
@@ -161,7 +161,7 @@ class Client:
         (1-based, objects and events numbered apart), and listed in the report's ``refused``.
         Publishing the same rows at the same timestamps again changes nothing.
         """
-        from dkmsks.spark.publish import events_table, objects_table
+        from dkmsks.storage.publish import events_table, objects_table
 
         object_rows, event_rows = list(objects), list(events)
         if not object_rows and not event_rows:
@@ -189,7 +189,7 @@ class Client:
     # ------------------------------------------------------------------ results
     def results(self, sub_id: int, as_of: int | None = None) -> Result:
         """The exact kNN of ``sub_id`` at processed timestamp ``as_of`` (default: the last)."""
-        from dkmsks.spark.export import results_as_of
+        from dkmsks.storage.export import results_as_of
 
         sid = _subscription_id(sub_id)
         t, found = results_as_of(self.lake, as_of, sub_ids=[sid])

@@ -7,8 +7,8 @@ Everything a job, a command or a reader touches is a path derived here::
 
     <root>/tables/<table>                    Delta tables of the default database
     <root>/tables/<database>.db/<table>      ... of any other database
-    <root>/locks/<database>.lock             the writer lock (dkmsks.spark.writer_lock)
-    <root>/locks/<database>.landing.lock     the landing lock, and .sealed (dkmsks.spark.landing)
+    <root>/locks/<database>.lock             the writer lock (dkmsks.storage.writer_lock)
+    <root>/locks/<database>.landing.lock     the landing lock, and .sealed (dkmsks.storage.landing)
     <root>/cache/<database>/                 O_init statistics kept for later jobs (safe to delete)
     <root>/_staging/                         files staged for a Spark read, removed after use
     <root>/_spool/                           follow mode's hand-over folder (payloads, records)
@@ -101,12 +101,12 @@ class Warehouse:
 
     @property
     def landing_lock_path(self) -> Path:
-        """Publishers and the pipeline's reads of pending rows (dkmsks.spark.landing)."""
+        """Publishers and the pipeline's reads of pending rows (dkmsks.storage.landing)."""
         return self.root / "locks" / f"{self.database}.landing.lock"
 
     @property
     def seal_path(self) -> Path:
-        """The newest timestamp a run has taken (dkmsks.spark.landing)."""
+        """The newest timestamp a run has taken (dkmsks.storage.landing)."""
         return self.root / "locks" / f"{self.database}.sealed"
 
     @property

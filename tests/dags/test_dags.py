@@ -122,12 +122,12 @@ def test_partition_params_are_the_configs_declarations(dagbag):
 
 
 def test_maintenance_runs_on_its_schedule_with_the_library_horizon(dagbag):
-    """Daily by default; its horizon Param says what dkmsks.spark.retention says, and reaches
+    """Daily by default; its horizon Param says what dkmsks.storage.retention says, and reaches
     the job as --retention-hours."""
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 
-    from dkmsks.spark.retention import DEFAULT_HOURS, ENV
+    from dkmsks.storage.retention import DEFAULT_HOURS, ENV
 
     dag = dagbag.dags["dkmsks_maintenance"]
     assert dag.timetable.expression == os.environ.get("AIRFLOW_VAR_DKMSKS_MAINTENANCE_SCHEDULE", "30 4 * * *")

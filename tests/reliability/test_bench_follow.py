@@ -43,7 +43,7 @@ def _change_files_per_commit(journal: Path) -> dict[int, int]:
 
 def _changes_per_t(warehouse: Path) -> Counter:
     """Changes per timestamp from a read of the journal without a predicate (no file skipped)."""
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.lake import Lake
     from dkmsks.warehouse import Warehouse
 
     rows = Lake.of(Warehouse(warehouse)).read("journal", columns=["record", "t"])

@@ -8,7 +8,7 @@
   writer), no table is left unreadable (the next run succeeds), and the results at every
   timestamp equal the oracle, with each timestamp in the ledger exactly once.
 
-The concurrency cases rely on the warehouse writer lock (``dkmsks.spark.writer_lock``).
+The concurrency cases rely on the warehouse writer lock (``dkmsks.storage.writer_lock``).
 """
 
 from __future__ import annotations

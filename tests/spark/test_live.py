@@ -138,8 +138,8 @@ def test_published_subscribed_and_watched_live_results_equal_the_oracle(spark, f
 
 def test_a_repeated_spark_ingestion_after_the_pipeline_took_its_timestamps_is_a_replay(spark, fresh_db, tmp_path):
     from dkmsks.spark.ingest import ingest_files
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.landing import sealed_through, take_pending
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.landing import sealed_through, take_pending
 
     objects = tmp_path / "objects.tsv"
     objects.write_text("id\tx\ty\tkeywords\tt\n1\t0.5\t0.5\tcafe\t0\n2\t0.6\t0.6\tbar\t1\n")

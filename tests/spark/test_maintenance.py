@@ -41,15 +41,15 @@ def workload(tmp_path_factory):
 
 
 def _assert_exact(warehouse, t, expected):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import results_as_of
+    from dkmsks.storage.lake import Lake
 
     got = results_as_of(Lake.of(warehouse), t)[1]
     assert results_equal(got, expected), describe_difference(got, expected)
 
 
 def _versions(lake):
-    from dkmsks.spark import tables
+    from dkmsks.storage import tables
 
     return {name: lake.version(name) for name in tables.ALL_TABLES}
 
@@ -58,10 +58,10 @@ def test_maintenance_compacts_vacuums_and_keeps_every_promised_as_of_exact(spark
     from dkmsks.jobs.maintain import run_maintenance
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.jobs.partition import run_partition
-    from dkmsks.spark import tables
-    from dkmsks.spark.export import results_as_of, state_checkpoints
     from dkmsks.spark.ingest import ingest_events, ingest_objects
-    from dkmsks.spark.lake import Lake, where
+    from dkmsks.storage import tables
+    from dkmsks.storage.export import results_as_of, state_checkpoints
+    from dkmsks.storage.lake import Lake, where
 
     folder, oracle = workload
     for after, upto in [(None, 0), (0, 2), (2, T)]:

@@ -89,15 +89,15 @@ def _partition(spark, warehouse, method, m):
 
 
 def _state_results(warehouse):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import results_as_of
+    from dkmsks.storage.lake import Lake
 
     return results_as_of(Lake.of(warehouse))[1]
 
 
 def _results_at(warehouse, t):
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import results_as_of
+    from dkmsks.storage.lake import Lake
 
     return results_as_of(Lake.of(warehouse), t)[1]
 
@@ -212,8 +212,8 @@ def test_ps2_on_the_twitter_stand_in_equals_the_oracle(spark, spark_warehouse, n
     from conftest import database_name
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.spark.catalog import register
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.plans import current_plan
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.plans import current_plan
 
     landing, spec, oracle = names_landing
     warehouse = spark_warehouse.with_database(database_name("n_", request))
@@ -286,8 +286,8 @@ def test_compaction_keeps_current_and_earlier_results_exact(spark, pipeline_db, 
 
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.spark.compaction import compact
-    from dkmsks.spark.export import state_checkpoints
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import state_checkpoints
+    from dkmsks.storage.lake import Lake
 
     oracle = workload[3]
     _partition(spark, pipeline_db, "dkm", 3)
@@ -360,9 +360,9 @@ def test_maintenance_packs_the_journal_in_time_ranges_so_the_views_still_skip_me
     the journal's history on each query."""
     from dkmsks.jobs import maintain
     from dkmsks.jobs.microbatch import run_microbatch
-    from dkmsks.spark import tables
     from dkmsks.spark.catalog import refresh_views
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage import tables
+    from dkmsks.storage.lake import Lake
 
     oracle, lake = workload[3], Lake.of(pipeline_db)
     monkeypatch.setattr(maintain, "TIME_ORDERED_FILE_ROWS", 150)  # several ranges from this small journal
@@ -416,8 +416,8 @@ def test_maintenance_packs_the_journal_in_time_ranges_so_the_views_still_skip_me
 def test_repartition_between_timestamps_keeps_results_exact(spark, pipeline_db, workload):
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.jobs.partition import run_repartition
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.plans import current_plan
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.plans import current_plan
 
     oracle = workload[3]
     _partition(spark, pipeline_db, "dkm", 3)
@@ -442,8 +442,8 @@ def test_a_crash_before_or_after_the_journal_commit_loses_and_duplicates_nothing
         spark, pipeline_db, workload, monkeypatch):
     from dkmsks.jobs import microbatch as microbatch_job
     from dkmsks.jobs.microbatch import run_microbatch
-    from dkmsks.spark.export import processed_timestamps
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import processed_timestamps
+    from dkmsks.storage.lake import Lake
 
     oracle = workload[3]
     _partition(spark, pipeline_db, "dkm", 3)
@@ -504,7 +504,7 @@ def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(s
         with pytest.raises(StateChanged):
             session.step()
     # The second session's round (two timestamps) has its changes written by its worker tasks
-    # and every file committed at once (dkmsks.spark.journal_files), read back below by Spark.
+    # and every file committed at once (dkmsks.storage.journal_files), read back below by Spark.
     with FollowSession(spark, pipeline_db, run_id="follow-2", change_file_objects=0) as session:
         assert session.step().timestamps == [4, 5]
         written = session.stats.task_change_files
@@ -576,7 +576,7 @@ def test_later_jobs_load_the_oinit_statistics_the_partition_job_kept(spark, pipe
     import numpy as np
 
     from dkmsks.jobs.microbatch import run_microbatch
-    from dkmsks.spark import driver_data
+    from dkmsks.storage import driver_data
 
     oracle = workload[3]
     _partition(spark, pipeline_db, "dkm", 3)

@@ -48,8 +48,8 @@ def _point_read(spark, sub_id: int):
 
 def test_a_point_query_reads_a_few_pages_of_the_sorted_state(spark, fresh_db, rng):
     from dkmsks.jobs.maintain import run_maintenance
-    from dkmsks.spark import tables
     from dkmsks.spark.initial_state import overwrite_state
+    from dkmsks.storage import tables
 
     sub_ids = rng.permutation(ROWS).astype(np.int64)  # the writer gets them in no order
     written = _state_rows(rng, sub_ids)

@@ -194,7 +194,7 @@ def test_keep_refuses_a_warehouse_that_processed_the_stream(monkeypatch, tmp_pat
     stream would see every publish as a replay, visible at once (a freshness of 0 s and a
     negative catch-up were reported before this check)."""
     from dkmsks.bench import freshness
-    from dkmsks.spark import journal, lake
+    from dkmsks.storage import journal, lake
     from dkmsks.warehouse import Warehouse
 
     monkeypatch.setattr(lake.Lake, "of", staticmethod(lambda warehouse: warehouse))

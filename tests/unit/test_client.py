@@ -19,10 +19,10 @@ import pytest
 from dkmsks.cli import main
 from dkmsks.client import Change, Client
 from dkmsks.core.model import Vocabulary
-from dkmsks.spark import tables
-from dkmsks.spark.journal import commit
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.landing import RefusedRows, take_pending
+from dkmsks.storage import tables
+from dkmsks.storage.journal import commit
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import RefusedRows, take_pending
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from dkmsks.spark import export
-from dkmsks.spark import lake as lake_module
-from dkmsks.spark.journal import commit
-from dkmsks.spark.lake import Lake
+from dkmsks.storage import export
+from dkmsks.storage import lake as lake_module
+from dkmsks.storage.journal import commit
+from dkmsks.storage.lake import Lake
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""A round's journal commit as files written where the records are (dkmsks.spark.journal_files):
+"""A round's journal commit as files written where the records are (dkmsks.storage.journal_files):
 worker tasks write their changes, the driver the rest, and one Delta commit adds them all.
 
 The files must read back as the records written, carry the statistics delta-rs would have
@@ -20,8 +20,9 @@ import pytest
 from tests.lake_tables import create_tables
 
 from dkmsks.jobs.follow import CHANGE_FILE_OBJECTS, ChangeFiles, hand_over_changes
-from dkmsks.spark import tables
-from dkmsks.spark.journal import (
+from dkmsks.spark.main_server import RoutedBatch
+from dkmsks.storage import tables
+from dkmsks.storage.journal import (
     JOURNAL_APP,
     commit,
     commit_with_files,
@@ -30,8 +31,7 @@ from dkmsks.spark.journal import (
     last_processed,
     with_run,
 )
-from dkmsks.spark.journal_files import JournalFile, file_stats, write_file
-from dkmsks.spark.main_server import RoutedBatch
+from dkmsks.storage.journal_files import JournalFile, file_stats, write_file
 from dkmsks.warehouse import Warehouse
 
 pytestmark = pytest.mark.unit

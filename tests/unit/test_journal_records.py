@@ -1,4 +1,4 @@
-"""The run's journal append (dkmsks.spark.journal.journal_records + commit) through delta-rs.
+"""The run's journal append (dkmsks.storage.journal.journal_records + commit) through delta-rs.
 
 The workers' records reach the append in the order the workers wrote them, the kinds
 interleaved; the table's ``record`` partition sorts them out. What each kind's partition holds,
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from tests.lake_tables import create_tables
 
-from dkmsks.spark import tables
-from dkmsks.spark.journal import commit, journal_records
 from dkmsks.spark.main_server import RoutedBatch
+from dkmsks.storage import tables
+from dkmsks.storage.journal import commit, journal_records
 from dkmsks.warehouse import Warehouse
 
 
@@ -61,7 +61,7 @@ def test_each_kind_lands_in_its_partition_in_the_workers_order(tmp_path, seed) -
         theirs = np.flatnonzero(written_kind == kind)
         assert len(theirs) == len(mine) > 0
         # read back as recorded: the export's last change of a subscription breaks its last
-        # tie by this order (dkmsks.spark.export.last_change_rows)
+        # tie by this order (dkmsks.storage.export.last_change_rows)
         got = written.take(pa.array(theirs))
         assert got.column("pairs_tested").to_pylist() == mine.tolist()
         want = out.take(pa.array(mine))

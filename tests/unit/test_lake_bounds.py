@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from dkmsks.spark.lake import Lake
+from dkmsks.storage.lake import Lake
 
 pytestmark = pytest.mark.unit
 

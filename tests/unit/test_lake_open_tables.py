@@ -1,4 +1,4 @@
-"""The lake's open tables (dkmsks.spark.lake._OpenTables): a reader that keeps its delta-rs
+"""The lake's open tables (dkmsks.storage.lake._OpenTables): a reader that keeps its delta-rs
 tables open and updates them must see exactly what a fresh open sees — every commit of another
 process, a table made again at the same place, its own thread's copy only."""
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from dkmsks.spark.lake import Lake, MissingTable
+from dkmsks.storage.lake import Lake, MissingTable
 
 pytestmark = pytest.mark.unit
 

@@ -14,8 +14,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from dkmsks.core.sets import in_any_sorted
-from dkmsks.spark import lake as lake_module
-from dkmsks.spark.lake import Lake
+from dkmsks.storage import lake as lake_module
+from dkmsks.storage.lake import Lake
 
 pytestmark = pytest.mark.unit
 

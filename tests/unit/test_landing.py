@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 import pytest
 
 from dkmsks.core.model import Vocabulary
-from dkmsks.spark import tables
-from dkmsks.spark.journal import commit, last_processed
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.landing import (
+from dkmsks.storage import tables
+from dkmsks.storage.journal import commit, last_processed
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import (
     RefusedRows,
     landing_lock,
     next_open_timestamp,
@@ -166,9 +166,9 @@ def test_a_refused_line_is_recorded_once_whatever_its_later_verdict(warehouse):
 HOLD_AND_PUBLISH = """
 import sys, time
 import pyarrow as pa
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.landing import landing_lock
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import landing_lock
 from dkmsks.warehouse import Warehouse
 warehouse = Warehouse(sys.argv[1])
 lake = Lake.of(warehouse)
@@ -214,7 +214,7 @@ def test_the_last_processed_timestamp_from_the_log_is_the_ledgers(warehouse):
 
 
 def test_the_export_defaults_to_the_ledgers_newest_timestamp_and_refuses_unprocessed_ones(warehouse):
-    from dkmsks.spark.export import resolve_as_of
+    from dkmsks.storage.export import resolve_as_of
 
     lake = Lake.of(warehouse)
     for to_t in (2, 5):

@@ -1,4 +1,4 @@
-"""The kept O_init statistics (spark/plan_cache.py) are used only when they are what they say:
+"""The kept O_init statistics (storage/plan_cache.py) are used only when they are what they say:
 the same objects table, the same O_init count, the same format; otherwise rebuilt, never trusted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from dkmsks.core.model import Objects, Vocabulary
 from dkmsks.core.stats import ObjectStatistics
-from dkmsks.spark import plan_cache
+from dkmsks.storage import plan_cache
 
 pytestmark = pytest.mark.unit
 

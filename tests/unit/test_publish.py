@@ -7,9 +7,9 @@ import pytest
 
 from dkmsks.cli import main
 from dkmsks.io.rejections import AllRowsRejected
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.publish import publish_files
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.publish import publish_files
 from lake_tables import partitioned_warehouse
 
 pytestmark = pytest.mark.unit

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from dkmsks.jobs.maintain import with_conflict_retries
-from dkmsks.spark.export import checkpoints_of
-from dkmsks.spark.retention import DEFAULT_HOURS, ENV, horizon_hours, retention_properties
+from dkmsks.storage.export import checkpoints_of
+from dkmsks.storage.retention import DEFAULT_HOURS, ENV, horizon_hours, retention_properties
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from dkmsks.spark.lake import where
-from dkmsks.spark.state_io import overlay
+from dkmsks.storage.lake import where
+from dkmsks.storage.state_io import overlay
 
 COLUMNS = ["sub_id", "worker", "object_ids", "updated_t"]
 
@@ -70,7 +70,7 @@ def test_the_export_applies_each_subscriptions_changes_in_protocol_order():
     timestamp, and within one timestamp deletion < insertion < update (docs/design.md §1)."""
     import pyarrow as pa
 
-    from dkmsks.spark.export import change_kinds, last_change_rows
+    from dkmsks.storage.export import change_kinds, last_change_rows
 
     rows = [  # (t, sub_id, change, object_ids)
         (3, 1, "update", [30]),
@@ -112,7 +112,7 @@ def test_the_exports_rows_equal_a_replay_of_the_changes_over_the_snapshot(seed):
     sub_id, with what its last change says."""
     import numpy as np
 
-    from dkmsks.spark.export import _apply_changes
+    from dkmsks.storage.export import _apply_changes
 
     rng = np.random.default_rng(seed)
     schema = pa.schema([pa.field("sub_id", pa.int64(), nullable=False),
@@ -136,7 +136,7 @@ def test_the_exports_rows_equal_a_replay_of_the_changes_over_the_snapshot(seed):
 
 
 def test_an_unknown_change_kind_is_an_error_naming_it():
-    from dkmsks.spark.export import change_kinds
+    from dkmsks.storage.export import change_kinds
 
     with pytest.raises(ValueError, match="neither a delete, an insert nor an update"):
         change_kinds(pa.array(["insert", "upsert"]))

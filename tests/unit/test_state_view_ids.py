@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import write_deltalake
 
-from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.state_io import StateView
+from dkmsks.storage.lake import Lake, where
+from dkmsks.storage.state_io import StateView
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,7 @@ def _lake(tmp_path: Path) -> Lake:
 
 @pytest.mark.parametrize("limit", [1000, 50])  # all sizes through the predicate; the larger ones filtered after
 def test_reading_a_few_ids_equals_the_whole_state_restricted_to_them(tmp_path: Path, monkeypatch, limit) -> None:
-    from dkmsks.spark import lake as lake_module
+    from dkmsks.storage import lake as lake_module
 
     monkeypatch.setattr(lake_module, "PREDICATE_IDS", limit)
     lake = _lake(tmp_path)

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from dkmsks.spark.writer_lock import WriterBusy, file_lock
+from dkmsks.storage.writer_lock import WriterBusy, file_lock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from dkmsks.spark.writer_lock import file_lock
+from dkmsks.storage.writer_lock import file_lock
 with file_lock(Path(sys.argv[1]), "micro-batch test-run"):
     print("held", flush=True)
     time.sleep(60)

@@ -2,7 +2,7 @@
 
 Every micro-batch run and follow-mode round commits with one blind append to the ``journal``
 table, tagged with Delta's transaction id (``txnAppId``/``txnVersion``). The project writes it
-from the driver with delta-rs (:meth:`dkmsks.spark.lake.Lake.append`), not with a Spark job;
+from the driver with delta-rs (:meth:`dkmsks.storage.lake.Lake.append`), not with a Spark job;
 this benchmark gives the figures behind that choice. In one fresh warehouse (its tables
 created by the project's DDL) and one session, it appends the same ``--rows`` journal records
 ``--runs`` times each way, alternately so load changes hit both alike, after ``--warmup``
@@ -12,7 +12,7 @@ untimed appends each:
   transaction-id session confs (:func:`dkmsks.spark.delta_io.insert`, how the project's Spark
   writes are tagged);
 - **delta-rs**: :meth:`Lake.append` with an app transaction (``write_deltalake``), what
-  :func:`dkmsks.spark.journal.commit` runs.
+  :func:`dkmsks.storage.journal.commit` runs.
 
 Reported: medians (and the spread) of the wall time per append, the ratio Spark / delta-rs of
 the medians, and the table's row count afterwards (every append landed once). The session's
@@ -66,10 +66,10 @@ def journal_batch(rows: int, t: int, schema=None):
 def measure(rows: int, runs: int, warmup: int, work: Path) -> dict:
     """Both ways' append times (alternated, warm-ups dropped), the rows that landed and whether
     a replayed transaction version was skipped, in a fresh warehouse under ``work``."""
-    from dkmsks.spark import tables
     from dkmsks.spark.delta_io import insert
-    from dkmsks.spark.lake import Lake
     from dkmsks.spark.session import build_session
+    from dkmsks.storage import tables
+    from dkmsks.storage.lake import Lake
     from dkmsks.warehouse import Warehouse
 
     warehouse = Warehouse(work / "warehouse")

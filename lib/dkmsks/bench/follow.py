@@ -55,10 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--task-changes-from takes a number >= 0")
 
     from dkmsks.jobs.follow import FollowSession
-    from dkmsks.spark.journal import last_processed, pending_timestamps
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.plans import current_plan
     from dkmsks.spark.session import build_session
+    from dkmsks.storage.journal import last_processed, pending_timestamps
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.plans import current_plan
     from dkmsks.warehouse import Warehouse
 
     warehouse = Warehouse(args.warehouse, args.database)

@@ -111,14 +111,14 @@ class LedgerWatch(threading.Thread):
 
     def __init__(self, warehouse, period: float = 0.05) -> None:
         super().__init__(daemon=True)
-        from dkmsks.spark.lake import Lake
+        from dkmsks.storage.lake import Lake
 
         self.lake, self.period, self.halt = Lake.of(warehouse), period, threading.Event()
         self.seen: dict[int, float] = {}
 
     def run(self) -> None:
         """Poll the ledger until halted, noting when each timestamp first became visible."""
-        from dkmsks.spark.journal import last_processed
+        from dkmsks.storage.journal import last_processed
 
         while not self.halt.is_set():
             last = last_processed(self.lake)
@@ -170,8 +170,8 @@ def stream_already_processed(warehouse: object) -> str | None:
     """Why a kept warehouse cannot be measured again (``None`` when it can): every timestamp it
     has processed after the initial phase would be published again as a replay and "seen" at once,
     so the run would report nonsense freshness and catch-up."""
-    from dkmsks.spark.journal import last_processed
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.journal import last_processed
+    from dkmsks.storage.lake import Lake
 
     last = last_processed(Lake.of(warehouse))  # type: ignore[arg-type]
     if last is not None and last > 0:

@@ -163,8 +163,8 @@ def verify_small(spark, workdir: Path, args, rec: ResultFile) -> None:
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
     from dkmsks.io.formats import read_events, read_objects
-    from dkmsks.spark.export import results_as_of
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import results_as_of
+    from dkmsks.storage.lake import Lake
 
     folder = workdir / "verify_workload"
     T = args.verify_timestamps
@@ -326,8 +326,8 @@ def run(args) -> dict:
     try:
         if naive_final is not None and lat:
             try:
-                from dkmsks.spark.export import results_as_of
-                from dkmsks.spark.lake import Lake
+                from dkmsks.storage.export import results_as_of
+                from dkmsks.storage.lake import Lake
 
                 t_cmp = naive_steps[-1]["t"]
                 rec.put("naive_vs_pipeline_full", {"t": t_cmp, **compare(naive_final,

@@ -4,7 +4,7 @@ The brute-force oracle over every subscription is out of reach at |S| = 10M, but
 independent per subscription, so the oracle restricted to a random sample of live ids (their
 events only, every object) checks the warehouse's current results for those ids exactly. The
 warehouse side is read as a job reads it: the ``knn_state`` snapshot with the journal's newer
-final records overlaid (:class:`dkmsks.spark.state_io.StateView`), through delta-rs — no JVM.
+final records overlaid (:class:`dkmsks.storage.state_io.StateView`), through delta-rs — no JVM.
 
     dkm bench spot-check --warehouse W --objects O.tsv.gz --events E.tsv.gz --as-of T [--n 2000]
 """
@@ -37,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
     from dkmsks.io.formats import read_events, read_objects
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.state_io import StateView
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.state_io import StateView
 
     started = time.perf_counter()
     root = a.warehouse / "tables" / (f"{a.database}.db" if a.database and a.database != "default" else "")

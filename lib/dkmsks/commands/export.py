@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm export`` with the parsed ``args``; the exit status."""
     from dkmsks.io.writers import write_results_table
-    from dkmsks.spark.export import results_table_as_of
-    from dkmsks.spark.lake import Lake
+    from dkmsks.storage.export import results_table_as_of
+    from dkmsks.storage.lake import Lake
 
     t, table = results_table_as_of(Lake.of(warehouse_of(args)), args.as_of)
     n = write_results_table(args.out, table, t)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dkmsks.commands.spark_common import add_warehouse, session, warehouse_of
-from dkmsks.spark.retention import DEFAULT_HOURS, ENV
+from dkmsks.storage.retention import DEFAULT_HOURS, ENV
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

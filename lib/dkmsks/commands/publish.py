@@ -1,6 +1,6 @@
 """``dkm publish``: land the next timestamps of a workload, as publishers would.
 
-Spark-free (:mod:`dkmsks.spark.publish`): rows are validated with the readers' rule set and
+Spark-free (:mod:`dkmsks.storage.publish`): rows are validated with the readers' rule set and
 appended with delta-rs under the landing lock, so publishing one timestamp costs a fraction of
 a second instead of a Spark application's start.
 """
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm publish`` with the parsed ``args``; the exit status."""
-    from dkmsks.spark.publish import publish_files
+    from dkmsks.storage.publish import publish_files
 
     done = publish_files(warehouse_of(args), objects=args.objects, events=args.events,
                          timestamps=args.timestamps, after=args.after, bounds=args.bounds)

@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from dkmsks.jobs.microbatch import run_microbatch
     from dkmsks.jobs.partition import run_partition
     from dkmsks.spark.ingest import ingest_files
-    from dkmsks.spark.journal import last_processed, pending_timestamps
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.plans import current_plan
+    from dkmsks.storage.journal import last_processed, pending_timestamps
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.plans import current_plan
 
     config = config_from_args(args)
     warehouse = warehouse_of(args)

@@ -35,11 +35,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow.compute as pc
 
-    from dkmsks.spark import tables
-    from dkmsks.spark.journal import last_processed, pending_timestamps
-    from dkmsks.spark.lake import Lake, MissingTable, where
-    from dkmsks.spark.plans import current_plan
-    from dkmsks.spark.state_io import StateView
+    from dkmsks.storage import tables
+    from dkmsks.storage.journal import last_processed, pending_timestamps
+    from dkmsks.storage.lake import Lake, MissingTable, where
+    from dkmsks.storage.plans import current_plan
+    from dkmsks.storage.state_io import StateView
 
     warehouse = warehouse_of(args)
     lake = Lake.of(warehouse)

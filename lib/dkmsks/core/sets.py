@@ -38,7 +38,7 @@ def in_sorted(values: npt.ArrayLike, pool: npt.NDArray[Any]) -> npt.NDArray[np.b
 
 def in_any_sorted(values: npt.ArrayLike, pools: Iterable[npt.NDArray[Any]]) -> npt.NDArray[np.bool_]:
     """For each of ``values``, whether it occurs in any of ``pools``, each sorted (1-d): the
-    union of a few sorted arrays, as :meth:`dkmsks.spark.lake.Lake.sorted_values` gives it."""
+    union of a few sorted arrays, as :meth:`dkmsks.storage.lake.Lake.sorted_values` gives it."""
     values = np.asarray(values)
     found = np.zeros(values.shape, dtype=bool)
     for pool in pools:

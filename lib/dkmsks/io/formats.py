@@ -386,7 +386,7 @@ def validate_events(
     delete of an id that is not live, or an insert of an id that is live, is refused.
     Accepted events come back in that replay order, with their lines. ``liveness=False``
     leaves the replay to a caller that knows which subscriptions are live already (a
-    publisher: :func:`dkmsks.spark.landing.publish_rows` replays the warehouse's state first).
+    publisher: :func:`dkmsks.storage.landing.publish_rows` replays the warehouse's state first).
     """
     rejections: list[Rejection] = []
     enc = _KeywordEncoder(vocab)

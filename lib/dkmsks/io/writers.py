@@ -104,7 +104,7 @@ _EXPORT_BATCH_ROWS = 100_000
 
 def write_results_table(path: str | Path, table: pa.Table, t: int) -> int:
     """Write the results export from columns ``sub_id``, ``object_ids``, ``d2`` ordered by
-    ``sub_id`` (:func:`results_table`, :func:`dkmsks.spark.export.results_table_as_of`).
+    ``sub_id`` (:func:`results_table`, :func:`dkmsks.storage.export.results_table_as_of`).
 
     The lines are built by Arrow's string kernels, not one ``json.dumps`` per subscription
     (1M subscriptions: ~20 s in Python). Distances are ``sqrt(d2)`` printed in the shortest

@@ -46,10 +46,13 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.cores import usable_cores
-from dkmsks.spark import tables
 from dkmsks.spark.bridge import RoundInputs, WorkerSession, warm_arrow, warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
-from dkmsks.spark.journal import (
+from dkmsks.spark.main_server import build_main_server, refresh_weights, route
+from dkmsks.spark.quarantine import quarantine_refused
+from dkmsks.spark.worker_tasks import from_ipc, to_ipc
+from dkmsks.storage import tables
+from dkmsks.storage.journal import (
     RunReport,
     commit,
     commit_with_files,
@@ -59,15 +62,12 @@ from dkmsks.spark.journal import (
     record_run_metrics,
     with_run,
 )
-from dkmsks.spark.journal_files import JournalFile, write_file
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.landing import take_pending
-from dkmsks.spark.main_server import build_main_server, refresh_weights, route
-from dkmsks.spark.plans import current_plan
-from dkmsks.spark.quarantine import quarantine_refused
-from dkmsks.spark.state_io import StateView
-from dkmsks.spark.worker_tasks import from_ipc, to_ipc
-from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.storage.journal_files import JournalFile, write_file
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import take_pending
+from dkmsks.storage.plans import current_plan
+from dkmsks.storage.state_io import StateView
+from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
 
 
@@ -211,7 +211,7 @@ def default_processes(workers: int) -> int:
 @dataclass(frozen=True)
 class ChangeFiles:
     """Where the worker tasks write a large round's result changes
-    (:mod:`dkmsks.spark.journal_files`): one file per task in the journal at ``root``, with
+    (:mod:`dkmsks.storage.journal_files`): one file per task in the journal at ``root``, with
     the run's ``plan_version`` and ``run_id``."""
 
     root: str

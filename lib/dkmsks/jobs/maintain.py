@@ -5,7 +5,7 @@ compaction rewrites ``knn_state``'s touched partitions, every publish adds files
 tables, and nothing else ever removes a file. So per table of the warehouse, a maintenance run:
 
 1. sets ``delta.logRetentionDuration`` and ``delta.deletedFileRetentionDuration`` to the as-of
-   horizon (:mod:`dkmsks.spark.retention`) when they differ (one delta-rs metadata commit:
+   horizon (:mod:`dkmsks.storage.retention`) when they differ (one delta-rs metadata commit:
    Spark SQL takes no parameter marker for a property value);
 2. runs OPTIMIZE (Delta's bin-packing of small files; rows are unchanged) when a partition holds
    more than one small file or a file carries deletion vectors — otherwise Delta would find
@@ -35,7 +35,7 @@ itself loses a conflict (another OPTIMIZE, a DELETE) is retried, then skipped wi
 
 ``knn_state``'s maintenance commits carry the ``through_t`` of the content they hold, so the
 versions ``dkm export --as-of`` reads keep naming their timestamp after older log entries expire
-(:func:`dkmsks.spark.export.checkpoints_of`).
+(:func:`dkmsks.storage.export.checkpoints_of`).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dkmsks.spark import tables
-from dkmsks.spark.export import state_checkpoints
-from dkmsks.spark.journal import last_processed, record_run_metrics
-from dkmsks.spark.lake import Lake, MissingTable
-from dkmsks.spark.retention import DELTA_SAFETY_HOURS, horizon_hours, retention_properties
-from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.storage import tables
+from dkmsks.storage.export import state_checkpoints
+from dkmsks.storage.journal import last_processed, record_run_metrics
+from dkmsks.storage.lake import Lake, MissingTable
+from dkmsks.storage.retention import DELTA_SAFETY_HOURS, horizon_hours, retention_properties
+from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:

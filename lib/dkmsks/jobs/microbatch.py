@@ -11,7 +11,7 @@ Commit protocol (one run = the timestamps ``(from_t, to_t]``, under the writer l
 
 1. one append to the ``journal`` — ledger, change, final and metric records of every
    timestamp of the run — tagged with ``txnAppId = dkmsks-journal``, ``txnVersion = to_t``:
-   the commit point (:mod:`dkmsks.spark.journal`). All or nothing; a replay is skipped;
+   the commit point (:mod:`dkmsks.storage.journal`). All or nothing; a replay is skipped;
 2. afterwards, and only as maintenance, a *compaction* MERGEs the journal's final records
    into ``knn_state`` (:mod:`dkmsks.spark.compaction`).
 
@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark.compaction import compact
 from dkmsks.spark.faults import kill_at
-from dkmsks.spark.journal import (
+from dkmsks.spark.main_server import build_main_server, refresh_weights, route
+from dkmsks.spark.quarantine import quarantine_refused
+from dkmsks.spark.worker_tasks import run_workers
+from dkmsks.storage.journal import (
     RunReport,
     commit,
     journal_records,
@@ -35,14 +38,11 @@ from dkmsks.spark.journal import (
     pending_timestamps,
     record_run_metrics,
 )
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.landing import take_pending
-from dkmsks.spark.main_server import build_main_server, refresh_weights, route
-from dkmsks.spark.plans import current_plan
-from dkmsks.spark.quarantine import quarantine_refused
-from dkmsks.spark.state_io import StateView
-from dkmsks.spark.worker_tasks import run_workers
-from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import take_pending
+from dkmsks.storage.plans import current_plan
+from dkmsks.storage.state_io import StateView
+from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:

@@ -12,27 +12,29 @@ lock.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Subscriptions, Vocabulary, data_space
 from dkmsks.core.oracle import live_subscriptions
-from dkmsks.core.partition import partition
-from dkmsks.spark import tables
-from dkmsks.spark.driver_data import read_events_between
+from dkmsks.core.partition import PartitionPlan, partition
 from dkmsks.spark.initial_state import overwrite_state, spark_initial_knn, state_table
-from dkmsks.spark.journal import commit_first_ledger, last_processed, record_run_metrics
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.plan_cache import oinit_statistics
-from dkmsks.spark.plans import current_plan, write_plan
 from dkmsks.spark.sql_files import run_sql
-from dkmsks.spark.state_io import StateView, state_arrays
-from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.storage import tables
+from dkmsks.storage.driver_data import read_events_between
+from dkmsks.storage.journal import commit_first_ledger, last_processed, record_run_metrics
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.plan_cache import oinit_statistics
+from dkmsks.storage.plans import current_plan
+from dkmsks.storage.state_io import StateView, state_arrays
+from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -147,3 +149,38 @@ def run_repartition(spark: SparkSession, warehouse: Warehouse, config: Partition
         record_run_metrics(lake, run_id, "repartition", t_last, t_last, phases)
     return PartitionReport(version, plan.method.value, plan.m, len(plan), len(plan.subsets),
                            plan.loads.tolist(), phases)
+
+
+def write_plan(spark: SparkSession, plan: PartitionPlan, version: int, config: PartitionConfig,
+               effective_t: int, vocab: Vocabulary) -> None:
+    """Both plan tables for ``version`` (each write skipped when already committed). ``ps2``
+    term sets are stored as words (``vocab`` numbers them in this job only)."""
+    from dkmsks.spark.delta_io import insert
+
+    meta, _, subsets = plan.to_tables()
+    row = {
+        "plan_version": version, "method": plan.method.value, "workers": plan.m,
+        "params": config.to_json(), "subsets": int(len(plan.subsets)), "subscriptions": int(len(plan)),
+        "o_init": int(plan.n_objects), "effective_t": int(effective_t), "meta_json": json.dumps(meta),
+    }
+    insert(spark, spark.createDataFrame([row], schema=spark.table(tables.PLANS).schema), tables.PLANS,
+           app_id="dkmsks-plans", version=version)
+    cols = {k: np.asarray(v) for k, v in subsets.items()}
+    n = cols["subset"].shape[0]
+    target = spark.table(tables.SUBSETS).schema
+    numpy_type = {"long": np.int64, "integer": np.int32, "double": np.float64}
+    arrow = pa.table({
+        "plan_version": pa.array(np.full(n, version, dtype=np.int64)),
+        **{name: pa.array(cols[name].astype(numpy_type[target[name].dataType.typeName()]))
+           for name in ("subset", "xmin", "ymin", "xmax", "ymax", "rxmin", "rymin", "rxmax", "rymax",
+                        "weight", "size", "worker", "kind", "depth")},
+    })
+    if "terms" in target.fieldNames():
+        words = np.asarray(vocab.words, dtype=object)
+        arrow = arrow.append_column("all_terms", pa.array(cols["all_terms"].astype(bool)))
+        arrow = arrow.append_column("terms", pa.array([words[np.asarray(t, dtype=np.int64)].tolist()
+                                                       for t in cols["terms"]], type=pa.list_(pa.string())))
+    elif plan.method is Method.PS2:
+        raise ValueError(f"{tables.SUBSETS} predates ps2 (no terms column): use a fresh warehouse for ps2")
+    insert(spark, spark.createDataFrame(arrow.to_pandas(), schema=target), tables.SUBSETS,
+           app_id="dkmsks-subsets", version=version)

@@ -36,7 +36,7 @@ def main_with_session(
 ) -> int:
     """Parse, build the warehouse and the one session (:mod:`dkmsks.spark.session`), run, stop."""
     from dkmsks.spark.session import build_session
-    from dkmsks.spark.writer_lock import WriterBusy
+    from dkmsks.storage.writer_lock import WriterBusy
 
     args = parse_args(argv)
     warehouse = Warehouse.at(args.warehouse, args.database)

@@ -2,7 +2,7 @@
 
 Everything here is testable without a JVM: :func:`run_worker` reads the worker's current
 state rows (an Arrow table with the ``knn_state`` columns, through
-:class:`~dkmsks.spark.state_io.StateView`) and takes a :class:`BatchPayload` (the pending
+:class:`~dkmsks.storage.state_io.StateView`) and takes a :class:`BatchPayload` (the pending
 timestamps, already routed by the main server), rebuilds the core
 :class:`~dkmsks.core.update.Worker`, applies each timestamp in order (deletions, insertions,
 objects — docs/design.md §1) and returns its output records as one Arrow table: one ``change`` per
@@ -228,7 +228,7 @@ class WorkerSession:
     def __init__(self, worker_id: int, state: pa.Table, *, method: str,
                  space: tuple[float, float, float, float], grid: int,
                  index_options: dict[str, float] | None = None, vocab: Vocabulary | None = None) -> None:
-        from dkmsks.spark.state_io import state_arrays
+        from dkmsks.storage.state_io import state_arrays
 
         self.worker_id = worker_id
         self.method = method
@@ -452,7 +452,7 @@ _NO_CHANGES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zero
 
 
 def run_worker(worker_id: int, view: Any, payload: BatchPayload) -> pa.Table:
-    """Read one worker's current state (a :class:`~dkmsks.spark.state_io.StateView`, pinned
+    """Read one worker's current state (a :class:`~dkmsks.storage.state_io.StateView`, pinned
     to table versions), apply ``payload`` and return its records (a one-shot task).
 
     Deterministic for given inputs, so a retried Spark task yields the same records.

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dkmsks.spark import tables
 from dkmsks.spark.sql_files import run_sql, statement
+from dkmsks.storage import tables
 from dkmsks.warehouse import DEFAULT_DATABASE, Warehouse
 
 if TYPE_CHECKING:
@@ -60,10 +60,10 @@ def refresh_views(spark: SparkSession, warehouse: Warehouse) -> int:
 
 
 def state_horizon(warehouse: Warehouse) -> int:
-    """The ``knn_state`` snapshot's mark (:func:`dkmsks.spark.state_io.snapshot_mark`), what
+    """The ``knn_state`` snapshot's mark (:func:`dkmsks.storage.state_io.snapshot_mark`), what
     ``knn_current`` skips the journal's final records up to; :data:`MIN_T` for an empty snapshot."""
-    from dkmsks.spark.lake import Lake
-    from dkmsks.spark.state_io import MIN_T, snapshot_mark
+    from dkmsks.storage.lake import Lake
+    from dkmsks.storage.state_io import MIN_T, snapshot_mark
 
     mark = snapshot_mark(Lake.of(warehouse))
     return MIN_T if mark is None else mark

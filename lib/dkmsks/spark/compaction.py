@@ -1,7 +1,7 @@
 """Compaction: the journal's uncompacted ``final`` records merged into the ``knn_state`` snapshot.
 
-Runs commit by appending to the journal only (:mod:`dkmsks.spark.journal`); readers overlay the
-journal's tail on the snapshot (:mod:`dkmsks.spark.state_io`, the ``knn_current`` view), so
+Runs commit by appending to the journal only (:mod:`dkmsks.storage.journal`); readers overlay the
+journal's tail on the snapshot (:mod:`dkmsks.storage.state_io`, the ``knn_current`` view), so
 results are exact whether or not a compaction has run. Compaction is maintenance that keeps the
 tail short: one Spark MERGE, tagged with Delta's idempotent transaction id so a retry is
 skipped, under the writer lock.
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dkmsks.spark import tables
 from dkmsks.spark.faults import kill_at, kill_on_new_file
-from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.plans import current_plan
 from dkmsks.spark.sql_files import run_sql
-from dkmsks.spark.state_io import StateView
-from dkmsks.spark.writer_lock import writer_lock
+from dkmsks.storage import tables
+from dkmsks.storage.journal import last_processed
+from dkmsks.storage.lake import Lake, where
+from dkmsks.storage.plans import current_plan
+from dkmsks.storage.state_io import StateView
+from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:

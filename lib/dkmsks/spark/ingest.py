@@ -18,7 +18,7 @@ of every file of the call are written first, so they can be inspected (``dkm sta
 ``quarantine`` table), but no accepted row of any file is merged. A file with a header and
 no row is an empty batch: nothing to load, and no error.
 
-Next to a running pipeline the writes follow the landing protocol (:mod:`dkmsks.spark.landing`):
+Next to a running pipeline the writes follow the landing protocol (:mod:`dkmsks.storage.landing`):
 the merges of all files of a call happen under the landing lock, so a run never takes half of
 them, and rows for a timestamp the pipeline has taken meanwhile (sealed) are quarantined as
 closed instead of being merged where no run would ever apply them. The heavy validation runs
@@ -35,9 +35,9 @@ from pyspark.sql import functions as F
 
 from dkmsks.io.formats import Bounds
 from dkmsks.io.rejections import NUMBER_PATTERN, QUOTED_VALUE_PATTERN, AllRowsRejected
-from dkmsks.spark.landing import landing_lock, sealed_through
 from dkmsks.spark.readers import file_read_errors, read_events_df, read_objects_df
 from dkmsks.spark.sql_files import run_sql
+from dkmsks.storage.landing import landing_lock, sealed_through
 from dkmsks.warehouse import Warehouse
 
 OBJECTS_TABLE = "objects"

@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Objects, Subscriptions, Vocabulary
 from dkmsks.core.partition import PartitionPlan
-from dkmsks.spark import tables
 from dkmsks.spark.delta_io import insert, latest_version
-from dkmsks.spark.driver_data import keyword_list_column, list_column
+from dkmsks.storage import tables
+from dkmsks.storage.driver_data import keyword_list_column, list_column
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:

@@ -25,17 +25,17 @@ from dkmsks.core.model import Objects, Op, SubscriptionEvents, Subscriptions, Vo
 from dkmsks.core.partition import MainServer, PartitionPlan
 from dkmsks.core.protocol import ragged_ball_radius2, route_timestamp
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn
-from dkmsks.spark.lake import Lake
-from dkmsks.spark.plan_cache import oinit_statistics
-from dkmsks.spark.plans import PlanInfo, read_subsets
-from dkmsks.spark.state_io import StateView
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.plan_cache import oinit_statistics
+from dkmsks.storage.plans import PlanInfo, read_subsets
+from dkmsks.storage.state_io import StateView
 
 
 def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: StateView,
                       cache: Path | None = None) -> MainServer:
     """The main server of the current plan with ``C(w)`` of the live subscriptions.
 
-    ``cache``: the folder of :mod:`dkmsks.spark.plan_cache` (None: build from ``O_init``).
+    ``cache``: the folder of :mod:`dkmsks.storage.plan_cache` (None: build from ``O_init``).
     """
     config = info.config
     # With live costs a new subscription is costed over its actual (infinite) ball: no O_init

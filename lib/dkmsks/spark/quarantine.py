@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dkmsks.spark import tables
 from dkmsks.spark.sql_files import run_sql
+from dkmsks.storage import tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dkmsks.spark.bridge import BatchPayload, run_worker
-from dkmsks.spark.state_io import StateView
+from dkmsks.storage.state_io import StateView
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

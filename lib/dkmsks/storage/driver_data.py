@@ -1,6 +1,6 @@
 """Moving table data between Delta and the core on the driver (the main server's side).
 
-Reads go through delta-rs (:mod:`dkmsks.spark.lake`), not a Spark job: the rows a
+Reads go through delta-rs (:mod:`dkmsks.storage.lake`), not a Spark job: the rows a
 micro-batch needs are few. Arrow is the bridge: list columns convert to CSR keyword sets
 and kNN matrices without a Python loop per row.
 """
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dkmsks.core.model import KeywordSets, Objects, Op, SubscriptionEvents, Vocabulary
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake, where
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake, where
 
 
 def keyword_sets(col: pa.ChunkedArray | pa.Array, vocab: Vocabulary) -> KeywordSets:

@@ -27,8 +27,8 @@ import numpy as np
 
 from dkmsks.core.model import Objects, Vocabulary
 from dkmsks.core.stats import ObjectStatistics
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake, where
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake, where
 
 #: Bump when the layout of the arrays changes: older files are then rebuilt, not misread.
 FORMAT = 1
@@ -95,7 +95,7 @@ def oinit_statistics(
 
     ``vocab`` must be empty: the keyword ids of the statistics are set in it first.
     """
-    from dkmsks.spark.driver_data import read_objects_between
+    from dkmsks.storage.driver_data import read_objects_between
 
     if len(vocab):
         raise ValueError("oinit_statistics needs an empty vocabulary")

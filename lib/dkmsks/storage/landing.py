@@ -13,7 +13,7 @@ Publishers (``dkm publish``, ``dkm subscribe``, the client, the ingest DAG) and 
    quarantined — never lost silently. Publishers that do not care which timestamp they get
    ask for :func:`next_open_timestamp`.
 
-The lock is an ``flock`` (:mod:`dkmsks.spark.writer_lock`), held for milliseconds: a publish
+The lock is an ``flock`` (:mod:`dkmsks.storage.writer_lock`), held for milliseconds: a publish
 is a delta-rs append (no Spark application), a take is a delta-rs read. A run that dies after
 sealing loses nothing: the next run takes the same pending timestamps again (they are after
 the last processed one), and the seal only moves forward.
@@ -41,10 +41,10 @@ from dkmsks.core.model import Op
 from dkmsks.core.sets import in_any_sorted
 from dkmsks.io.formats import EVENT_COLUMNS, OBJECT_COLUMNS, replay_liveness
 from dkmsks.io.rejections import TEXT_LIMIT, InputError, Reason, Rejection
-from dkmsks.spark import driver_data, tables
-from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.writer_lock import file_lock
+from dkmsks.storage import driver_data, tables
+from dkmsks.storage.journal import last_processed
+from dkmsks.storage.lake import Lake, where
+from dkmsks.storage.writer_lock import file_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -314,8 +314,8 @@ def _liveness(lake: Lake, batch: pa.Table) -> dict[int, str]:
     """Liveness refusals of ``batch`` (rows by position): the live subscriptions of the
     current state, then the landed events not processed yet, then the batch, in replay order
     (:func:`dkmsks.io.formats.replay_liveness`). Only the batch's ids are followed."""
-    from dkmsks.spark.plans import current_plan
-    from dkmsks.spark.state_io import StateView
+    from dkmsks.storage.plans import current_plan
+    from dkmsks.storage.state_io import StateView
 
     ids = _ints(batch.column("id"))
     wanted = pa.array(np.unique(ids))

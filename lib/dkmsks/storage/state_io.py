@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from dkmsks.core.knn_state import StateArrays
 from dkmsks.core.model import Vocabulary
 from dkmsks.core.sets import in_any_sorted, member
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake, where
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake, where
 
 STATE_COLUMNS = ["plan_version", "worker", "sub_id", "x", "y", "keywords", "k", "registered_t", "weight",
                  "subset", "object_ids", "d2", "updated_t"]
@@ -137,7 +137,7 @@ def overlay(snapshot: pa.Table, tail: pa.Table, columns: list[str]) -> pa.Table:
 
 def state_arrays(table: pa.Table, vocab: Vocabulary) -> StateArrays:
     """Rows with the state columns -> core :class:`StateArrays` (kNN lists as padded matrices)."""
-    from dkmsks.spark.driver_data import keyword_sets
+    from dkmsks.storage.driver_data import keyword_sets
 
     n = table.num_rows
     k = np.asarray(table.column("k").to_numpy(), dtype=np.int32)

@@ -2,7 +2,7 @@
 
 Both halves of a publish use one rule set each: rows are checked field by field with
 :mod:`dkmsks.io.formats` (the rules of every reader; line numbers and reasons kept), then
-against the warehouse and appended by :func:`dkmsks.spark.landing.publish_rows` (sealed
+against the warehouse and appended by :func:`dkmsks.storage.landing.publish_rows` (sealed
 timestamps, landed ids, liveness; idempotent; refused rows quarantined in the same step).
 No JVM is started: a publish is a delta-rs read or two and one append per table.
 
@@ -34,14 +34,14 @@ from dkmsks.io.formats import (
 )
 from dkmsks.io.raw_rows import TimeWindow, file_rows
 from dkmsks.io.rejections import AllRowsRejected, Rejection, commonest_reasons
-from dkmsks.spark import tables
-from dkmsks.spark.lake import Lake, where
-from dkmsks.spark.landing import PublishReport, publish_rows, sealed_through
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake, where
+from dkmsks.storage.landing import PublishReport, publish_rows, sealed_through
 from dkmsks.warehouse import Warehouse
 
 
 def objects_table(load: ObjectsLoad, vocab: Vocabulary, source: str) -> pa.Table:
-    """Validated objects as landing rows (:data:`dkmsks.spark.landing.OBJECT_FIELDS`)."""
+    """Validated objects as landing rows (:data:`dkmsks.storage.landing.OBJECT_FIELDS`)."""
     o = load.objects
     return pa.table({
         "id": pa.array(o.ids, pa.int64()), "x": pa.array(o.x, pa.float64()), "y": pa.array(o.y, pa.float64()),

@@ -9,7 +9,7 @@ encodes the changes of the workers it hosts into one file of the journal's ``rec
 partition while the other task still applies, and the driver writes the records it holds
 (finals carrying the main server's weights, metrics, ledger) and commits every file with one
 ``DeltaTable.create_write_transaction``: the same single commit, tagged with the journal's
-application transaction, as :func:`dkmsks.spark.journal.commit`'s append (docs/design.md §8).
+application transaction, as :func:`dkmsks.storage.journal.commit`'s append (docs/design.md §8).
 
 A file of a round that never commits is in no Delta version: no reader sees it, and VACUUM
 (``dkm maintain``) deletes it after the retention period like any other unreferenced file.
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dkmsks.spark.lake import conform
+from dkmsks.storage.lake import conform
 
 #: The journal's partition column: one directory per record kind.
 PARTITION = "record"

@@ -7,7 +7,7 @@ those of the newest such version with ``through_t <= T`` with the journal's resu
 take a lock: each reads committed table versions, so a run committing meanwhile is either
 wholly visible or not at all.
 
-How far back this reaches is the *as-of horizon* (:mod:`dkmsks.spark.retention`): the journal
+How far back this reaches is the *as-of horizon* (:mod:`dkmsks.storage.retention`): the journal
 is read at its current version, which always holds every record, but the ``knn_state`` version
 must still have its log entry and its files. A maintenance ``VACUUM`` or Delta's log cleanup
 eventually removes old ones; a ``T`` that needs one of those is refused with the horizon and the
@@ -27,10 +27,10 @@ import pyarrow.compute as pc
 
 from dkmsks.core.model import KnnResult, Results
 from dkmsks.core.sets import member
-from dkmsks.spark import tables
-from dkmsks.spark.journal import last_processed
-from dkmsks.spark.lake import Lake, MissingTable, where
-from dkmsks.spark.retention import ENV, describe_retention
+from dkmsks.storage import tables
+from dkmsks.storage.journal import last_processed
+from dkmsks.storage.lake import Lake, MissingTable, where
+from dkmsks.storage.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
 _CHANGE_ORDER = ("delete", "insert", "update")

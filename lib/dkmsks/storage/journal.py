@@ -4,12 +4,12 @@ A run (a micro-batch, a follow-mode round) processes the timestamps ``(from_t, t
 commits its whole output as **one append** to the ``journal`` table: per timestamp a
 ``ledger`` record, every result ``change``, the per-worker ``metric`` records, and one
 ``final`` record per subscription it touched (the state to overlay on ``knn_state``, see
-:mod:`dkmsks.spark.state_io`). The append is tagged with ``txnAppId = dkmsks-journal``,
+:mod:`dkmsks.storage.state_io`). The append is tagged with ``txnAppId = dkmsks-journal``,
 ``txnVersion = to_t`` (Delta's idempotent writes): all or nothing, and a replay of committed
 timestamps is skipped. A run that dies before it committed nothing; after it, it is complete
 (docs/design.md §8, the commit protocol).
 
-Written from the driver with delta-rs (:mod:`dkmsks.spark.lake`): a blind append is a few
+Written from the driver with delta-rs (:mod:`dkmsks.storage.lake`): a blind append is a few
 milliseconds, where a Spark job costs seconds of scheduling on two cores.
 """
 
@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dkmsks.spark import driver_data, tables
-from dkmsks.spark.lake import Lake
+from dkmsks.storage import driver_data, tables
+from dkmsks.storage.lake import Lake
 
 if TYPE_CHECKING:
-    from dkmsks.spark.journal_files import JournalFile
     from dkmsks.spark.main_server import RoutedBatch
+    from dkmsks.storage.journal_files import JournalFile
 
 #: The Delta application id of journal commits (its txnVersion is the last timestamp committed).
 JOURNAL_APP = "dkmsks-journal"
@@ -121,9 +121,9 @@ def commit(lake: Lake, records: pa.Table, to_t: int) -> bool:
 
 
 def journal_file_schema(lake: Lake) -> pa.Schema:
-    """The columns of a journal file (:func:`dkmsks.spark.journal_files.file_schema`)."""
-    from dkmsks.spark.journal_files import file_schema
-    from dkmsks.spark.lake import plain_schema
+    """The columns of a journal file (:func:`dkmsks.storage.journal_files.file_schema`)."""
+    from dkmsks.storage.journal_files import file_schema
+    from dkmsks.storage.lake import plain_schema
 
     return file_schema(plain_schema(pa.schema(lake.table(tables.JOURNAL).schema().to_arrow())))
 
@@ -131,12 +131,12 @@ def journal_file_schema(lake: Lake) -> pa.Schema:
 def commit_with_files(lake: Lake, records: pa.Table, written: list[JournalFile], to_t: int,
                       schema: pa.Schema | None = None) -> bool:
     """:func:`commit` of ``records`` together with journal files already ``written`` (by a
-    follow round's worker tasks, :mod:`dkmsks.spark.journal_files`): the driver writes its
+    follow round's worker tasks, :mod:`dkmsks.storage.journal_files`): the driver writes its
     records as one file per kind and adds every file in one commit, tagged like an append.
     False, and the files deleted, when these timestamps were committed before (a replay).
     On a journal that is not on this machine's file system nothing can have been written
     (``written`` must be empty): the records go in by :func:`commit`."""
-    from dkmsks.spark.journal_files import discard, write_kinds
+    from dkmsks.storage.journal_files import discard, write_kinds
 
     root = lake.local_root(tables.JOURNAL)
     if root is None:

@@ -194,8 +194,8 @@ class Lake:
 
     @staticmethod
     def of(warehouse: Warehouse) -> Lake:
-        """Every table of ``warehouse`` (:data:`dkmsks.spark.tables.ALL_TABLES`) by its path."""
-        from dkmsks.spark.tables import ALL_TABLES
+        """Every table of ``warehouse`` (:data:`dkmsks.storage.tables.ALL_TABLES`) by its path."""
+        from dkmsks.storage.tables import ALL_TABLES
 
         return Lake({name: str(warehouse.table_path(name)) for name in ALL_TABLES})
 
@@ -372,7 +372,7 @@ class Lake:
 
     def commit_files(self, name: str, files: Sequence[Any], *, app_id: str, version: int,
                      metadata: dict[str, Any] | None = None) -> bool:
-        """Add written ``files`` (:class:`~dkmsks.spark.journal_files.JournalFile`) to table
+        """Add written ``files`` (:class:`~dkmsks.storage.journal_files.JournalFile`) to table
         ``name`` in one commit tagged with the application transaction ``app_id``/``version``;
         skip it (return False) when this application has committed that version already."""
         from deltalake import CommitProperties, Transaction
