@@ -61,10 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dkm`` entry point: run the sub-command; its exit status (one-line errors, no traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dkmsks.storage.objectstore import WarehouseUnreachable
     from dkmsks.storage.writer_lock import WriterBusy
 
     try:
         return int(args.func(args) or 0)
+    except WarehouseUnreachable as err:
+        # Unreachable, no such bucket, refused credentials: one line that says which.
+        print(f"dkm {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except WriterBusy as err:
         # Another job holds the warehouse: not a bug, retry later (exit 3 tells scripts so).
         print(f"dkm {args.command}: busy: {err}", file=sys.stderr)

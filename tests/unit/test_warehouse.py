@@ -28,8 +28,31 @@ def test_relative_roots_resolve_and_bad_names_are_refused(tmp_path, monkeypatch)
     assert Warehouse(Path("w")).root == tmp_path / "w"
     with pytest.raises(ValueError, match="database name 'x-y'"):
         Warehouse(tmp_path, "x-y")
-    with pytest.raises(ValueError, match="URLs are not supported"):
-        Warehouse("s3a://bucket/w")
+    with pytest.raises(ValueError, match="give a local folder or s3://bucket/prefix"):
+        Warehouse("gs://bucket/w")
+    with pytest.raises(ValueError, match="'Bad_Bucket' is not a valid bucket name"):
+        Warehouse("s3://Bad_Bucket/w")
+    with pytest.raises(ValueError, match="prefix part '..'"):
+        Warehouse("s3://bucket/a/../b")
+
+
+def test_a_warehouse_on_object_storage_keeps_tables_and_locks_there_and_process_files_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("DKMSKS_LOCAL_DIR", str(tmp_path / "local"))
+    w = Warehouse("s3a://bucket/some/prefix/", "Pipe")
+    assert not w.is_local and w.uri == "s3://bucket/some/prefix" and str(w) == "s3://bucket/some/prefix (database pipe)"
+    assert w.table_uri("journal") == "s3://bucket/some/prefix/tables/pipe.db/journal"
+    assert w.table_uri("journal", scheme="s3a") == "s3a://bucket/some/prefix/tables/pipe.db/journal"
+    assert w.table_key("journal") == "some/prefix/tables/pipe.db/journal"
+    assert w.lock_key("lock") == "some/prefix/locks/pipe.lock"
+    assert w.tables_root == "s3a://bucket/some/prefix/tables"
+    assert w.with_database("default").table_uri("objects") == "s3://bucket/some/prefix/tables/objects"
+    # Run files, spools and caches stay on this host.
+    assert w.run_dir == tmp_path / "local" / "run" and w.cache_dir == tmp_path / "local" / "cache" / "pipe"
+    with pytest.raises(ValueError, match="on object storage"):
+        w.table_path("journal")
+    with pytest.raises(ValueError, match="local warehouse"):
+        Warehouse(tmp_path).lock_key("lock")
+    assert w == Warehouse("s3://bucket/some/prefix", "pipe") and w != Warehouse("s3://bucket/other", "pipe")
 
 
 def test_the_environment_gives_the_default_root(tmp_path, monkeypatch):

@@ -26,8 +26,21 @@ def add_warehouse(p: argparse.ArgumentParser, *, spark: bool = True) -> None:
 
 
 def warehouse_of(args: argparse.Namespace) -> Warehouse:
-    """The warehouse of ``--warehouse`` and ``--database``."""
-    return Warehouse.at(args.warehouse, args.database)
+    """The warehouse of ``--warehouse`` and ``--database``; on object storage, checked to
+    answer first (:class:`~dkmsks.storage.objectstore.WarehouseUnreachable` otherwise), so
+    that a wrong endpoint, bucket or key is one line and nothing is written."""
+    warehouse = Warehouse.at(args.warehouse, args.database)
+    reachable(warehouse)
+    return warehouse
+
+
+def reachable(warehouse: Warehouse) -> None:
+    """Raise :class:`~dkmsks.storage.objectstore.WarehouseUnreachable` when ``warehouse`` is
+    on an object store that cannot be used; nothing for a local one."""
+    if warehouse.location is not None:
+        from dkmsks.storage.objectstore import ObjectStore
+
+        ObjectStore.of(warehouse.location).check()
 
 
 def session(args: argparse.Namespace, app: str, warehouse: Warehouse, *, master: str | None = None) -> SparkSession:

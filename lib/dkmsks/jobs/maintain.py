@@ -183,7 +183,7 @@ def run_maintenance(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     if not any(warehouse.has_table(name) for name in tables.ALL_TABLES):
         # A scheduled run on a warehouse nothing was published to yet (the DAG's default one):
         # creating run_metrics there would make an empty warehouse look used.
-        report.warnings.append(f"{warehouse.tables_dir} holds no table yet: nothing to maintain")
+        report.warnings.append(f"{warehouse.tables_location} holds no table yet: nothing to maintain")
         return report
     with writer_lock(warehouse, f"maintenance {run_id}"):
         started = time.perf_counter()
@@ -201,16 +201,14 @@ def measure(lake: Lake, warehouse: Warehouse, name: str, hours: int) -> TableFil
     """:class:`TableFiles` of table ``name`` now."""
     table = lake.table(name)
     adds = pa.table(table.get_add_actions(flatten=True))
-    live = {str(Path(uri)) for uri in table.file_uris()}
-    folder = warehouse.table_path(name)
+    live = {_file_key(uri) for uri in table.file_uris()}
     cutoff = time.time() - hours * 3600
     on_disk = expired = size = 0
-    for path in _data_files(folder):
-        stat = path.stat()
-        size += stat.st_size
-        if path.suffix == ".parquet":
+    for path, file_size, mtime in _data_files(warehouse, name):
+        size += file_size
+        if path.endswith(".parquet"):
             on_disk += 1
-            if str(path) not in live and stat.st_mtime < cutoff:
+            if _file_key(path) not in live and mtime < cutoff:
                 expired += 1
     config = table.metadata().configuration
     differ = {k: v for k, v in wanted_properties(name, hours).items() if config.get(k) != v}
@@ -261,7 +259,7 @@ def _maintain(spark: SparkSession, lake: Lake, warehouse: Warehouse, name: str, 
 
     from dkmsks.spark.delta_io import delta_txn
 
-    path = str(warehouse.table_path(name))
+    path = warehouse.table_uri(name, scheme="s3a")
     before = measure(lake, warehouse, name, hours)
     meta = _commit_metadata(lake, name, run_id)
     if before.properties:
@@ -378,13 +376,33 @@ def _delta_conflicts() -> tuple[type[BaseException], ...]:
             e.ConcurrentDeleteDeleteException, e.ConcurrentTransactionException)
 
 
-def _data_files(folder: Path) -> list[Path]:
-    """Every data file under a table's folder: not the log, not the local filesystem's hidden
-    ``.crc`` checksums."""
+def _file_key(uri: str) -> str:
+    """A data file's location without its scheme, so that a folder walk's paths and an
+    object listing's keys compare with the log's file URIs."""
+    return str(Path(uri.partition("://")[2] if "://" in uri else uri))
+
+
+def _data_files(warehouse: Warehouse, name: str) -> list[tuple[str, int, float]]:
+    """Every data file of table ``name`` with its size and modification time (epoch seconds):
+    not the log, not the local filesystem's hidden ``.crc`` checksums. On object storage, by
+    listing its keys."""
+    if warehouse.location is not None:
+        from pyarrow import fs
+
+        from dkmsks.storage.objectstore import arrow_filesystem
+
+        base = f"{warehouse.location.bucket}/{warehouse.table_key(name)}"
+        infos = arrow_filesystem().get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
+        return [(info.path, int(info.size or 0), info.mtime.timestamp() if info.mtime else 0.0) for info in infos
+                if info.type == fs.FileType.File and "/_delta_log/" not in info.path
+                and not info.base_name.startswith(".")]
     found = []
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(warehouse.table_path(name)):
         dirs[:] = [d for d in dirs if d != "_delta_log"]
-        found += [Path(root) / f for f in files if not f.startswith(".")]
+        for f in files:
+            if not f.startswith("."):
+                stat = (Path(root) / f).stat()
+                found.append((str(Path(root) / f), stat.st_size, stat.st_mtime))
     return found
 
 

@@ -36,10 +36,17 @@ def main_with_session(
 ) -> int:
     """Parse, build the warehouse and the one session (:mod:`dkmsks.spark.session`), run, stop."""
     from dkmsks.spark.session import build_session
+    from dkmsks.storage.objectstore import ObjectStore, WarehouseUnreachable
     from dkmsks.storage.writer_lock import WriterBusy
 
     args = parse_args(argv)
     warehouse = Warehouse.at(args.warehouse, args.database)
+    if warehouse.location is not None:
+        try:
+            ObjectStore.of(warehouse.location).check()
+        except WarehouseUnreachable as err:
+            print(f"{app_name}: error: {err}", file=sys.stderr)
+            return 2
     spark = build_session(warehouse, app_name=app_name, master=args.master, ui=args.spark_ui)
     try:
         return run(spark, warehouse, args)

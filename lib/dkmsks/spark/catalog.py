@@ -84,7 +84,7 @@ def _register_table(spark: SparkSession, warehouse: Warehouse, name: str, attemp
     for attempt in range(attempts):
         try:
             if warehouse.has_table(name):
-                spark.catalog.createTable(name, path=str(warehouse.table_path(name)), source="delta")
+                spark.catalog.createTable(name, path=warehouse.table_uri(name, scheme="s3a"), source="delta")
             else:
                 run_sql(spark, f"ddl/{name}.sql", table=name)
             return
@@ -112,7 +112,7 @@ def spark_sql_init(warehouse: Warehouse) -> str:
 
 def spark_sql_vars(warehouse: Warehouse) -> dict[str, str]:
     """The ``--hivevar`` values :func:`spark_sql_init`'s statements refer to."""
-    return {"tables": str(warehouse.tables_dir), "database": warehouse.database,
+    return {"tables": warehouse.tables_location, "database": warehouse.database,
             HORIZON_VARIABLE: str(state_horizon(warehouse))}
 
 

@@ -18,7 +18,7 @@ from dkmsks.storage.journal import last_processed
 from dkmsks.storage.lake import Lake, where
 from dkmsks.storage.plans import current_plan
 from dkmsks.storage.state_io import StateView
-from dkmsks.storage.writer_lock import writer_lock
+from dkmsks.storage.writer_lock import check_writer, writer_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ def compact(spark: SparkSession, warehouse: Warehouse, *, force: bool = False) -
                 # Test-only (DKMSKS_FAULT_KILL_AT, dkmsks.spark.faults): die before the MERGE, or
                 # once it has written a data file and before its commit.
                 kill_at("compaction")
-                with kill_on_new_file("compaction-write", warehouse.table_path(tables.STATE)):
+                check_writer(warehouse)  # on object storage: still the writer (dkmsks.storage.leases)
+                folder = warehouse.table_path(tables.STATE) if warehouse.is_local else None
+                with kill_on_new_file("compaction-write", folder):
                     run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=temp)
         finally:
             spark.catalog.dropTempView(temp)

@@ -60,12 +60,15 @@ def kill_at(point: str) -> None:
 
 
 @contextmanager
-def kill_on_new_file(point: str, folder: Path, poll: float = 0.002) -> Iterator[None]:
+def kill_on_new_file(point: str, folder: Path | None, poll: float = 0.002) -> Iterator[None]:
     """While the block runs, die as soon as a data file appears in ``folder`` (not in its
-    ``_delta_log``) when ``$DKMSKS_FAULT_KILL_AT`` names ``point``."""
+    ``_delta_log``) when ``$DKMSKS_FAULT_KILL_AT`` names ``point``. ``folder`` None: the table
+    is on object storage, which this watch cannot look at (an armed point is then an error)."""
     if not armed(point):
         yield
         return
+    if folder is None:
+        raise RuntimeError(f"fault injection at {point} watches a local table folder; this table is on object storage")
     before = _data_files(folder)
     stop = threading.Event()
 

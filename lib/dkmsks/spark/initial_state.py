@@ -17,6 +17,7 @@ from dkmsks.core.partition import PartitionPlan
 from dkmsks.spark.delta_io import insert, latest_version
 from dkmsks.storage import tables
 from dkmsks.storage.driver_data import keyword_list_column, list_column
+from dkmsks.storage.writer_lock import check_writer
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -114,16 +115,31 @@ def overwrite_state(spark: SparkSession, warehouse: Warehouse, table: pa.Table, 
 
     import pyarrow.parquet as pq
 
-    staging = warehouse.staging_dir / f"state-{uuid.uuid4().hex[:12]}"
-    staging.mkdir(parents=True)
-    try:
+    name = f"state-{uuid.uuid4().hex[:12]}"
+    if warehouse.location is None:
+        staging = warehouse.staging_dir / name
+        staging.mkdir(parents=True)
         pq.write_table(table, staging / "state.parquet", row_group_size=200_000)
-        df = spark.read.schema(spark.table(tables.STATE).schema).parquet(str(staging))
+        read_from, remove = str(staging), lambda: shutil.rmtree(staging, ignore_errors=True)
+    else:
+        # On object storage the executors may be on other hosts: the staged rows go there too.
+        from dkmsks.storage.objectstore import arrow_filesystem
+
+        filesystem, key = arrow_filesystem(), warehouse.location.key("_staging", name)
+        pq.write_table(table, f"{warehouse.location.bucket}/{key}/state.parquet", row_group_size=200_000,
+                       filesystem=filesystem)
+        read_from = warehouse.location.uri("_staging", name, scheme="s3a")
+
+        def remove() -> None:
+            filesystem.delete_dir(f"{warehouse.location.bucket}/{key}")  # type: ignore[union-attr]
+    try:
+        check_writer(warehouse)  # on object storage: still the writer (dkmsks.storage.leases)
+        df = spark.read.schema(spark.table(tables.STATE).schema).parquet(read_from)
         # Sorted by (worker, sub_id): the partitioned write needs the worker order, and a sort by
         # sub_id alone would be re-sorted by worker before the write.
         rows = df.repartition("worker").sortWithinPartitions("worker", "sub_id")
         insert(spark, rows, tables.STATE, overwrite=True, app_id="dkmsks-state-plan", version=plan_version,
                metadata={"job": "partition", "plan_version": plan_version, "through_t": through_t})
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove()
     return latest_version(spark, tables.STATE)

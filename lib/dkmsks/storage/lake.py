@@ -92,7 +92,7 @@ class _OpenTables(threading.local):
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.tables: dict[str, tuple[Any, tuple[int, int, int]]] = {}
+        self.tables: dict[str, tuple[Any, tuple[Any, ...]]] = {}
 
     def latest(self, uri: str) -> Any:
         """The open table at ``uri`` updated to its latest version, or None (not open, or no
@@ -117,16 +117,47 @@ class _OpenTables(threading.local):
 
     def keep(self, uri: str, table: Any) -> None:
         """Remember ``table`` (just opened at its latest version) for the next use at ``uri``."""
-        if "://" in uri and not uri.startswith("file://"):
-            return  # an object store: no commit files to check cheaply
         with contextlib.suppress(OSError):  # no commit file to check: not kept
             self.tables[uri] = (table, _commit_file(uri, table.version()))
 
 
-def _commit_file(uri: str, version: int) -> tuple[int, int, int]:
-    """Inode, size and modification time (ns) of the table's commit file of ``version``."""
-    info = os.stat(os.path.join(uri.removeprefix("file://"), "_delta_log", f"{version:020d}.json"))
+def is_remote(uri: str) -> bool:
+    """Whether a table location is on object storage (not this host's file system)."""
+    return "://" in uri and not uri.startswith("file://")
+
+
+def _object(uri: str) -> tuple[Any, str]:
+    """The store and key of an object-store URI (``s3://bucket/key``)."""
+    from dkmsks.storage.objectstore import ObjectStore
+    from dkmsks.warehouse import ObjectLocation
+
+    scheme, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
+    return ObjectStore.of(ObjectLocation(bucket)), key
+
+
+def _commit_file(uri: str, version: int) -> tuple[Any, ...]:
+    """What identifies the table's commit file of ``version``: inode, size and modification
+    time (ns) on a file system, ETag and size on object storage. OSError when it is gone."""
+    name = f"{version:020d}.json"
+    if is_remote(uri):
+        store, key = _object(uri)
+        meta = store.head(f"{key}/_delta_log/{name}")
+        if meta is None:
+            raise FileNotFoundError(f"{uri}/_delta_log/{name}")
+        return meta["e_tag"], meta["size"]
+    info = os.stat(os.path.join(uri.removeprefix("file://"), "_delta_log", name))
     return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def storage_options(uri: str) -> dict[str, str] | None:
+    """delta-rs' options for a table at ``uri``: the store's settings on object storage
+    (:func:`dkmsks.storage.objectstore.delta_options`), none on a file system."""
+    if not is_remote(uri):
+        return None
+    from dkmsks.storage.objectstore import delta_options
+
+    return delta_options()
 
 
 _open = _OpenTables()
@@ -181,8 +212,13 @@ def _read_column(paths: Sequence[str], column: str) -> Any:
     import numpy as np
     import pyarrow.dataset as ds
 
-    files = [path.removeprefix("file://") for path in paths]
-    values = ds.dataset(files, format="parquet").to_table(columns=[column]).column(column)
+    if paths and is_remote(paths[0]):
+        from dkmsks.storage.objectstore import arrow_filesystem
+
+        files, filesystem = [path.partition("://")[2] for path in paths], arrow_filesystem()
+    else:
+        files, filesystem = [path.removeprefix("file://") for path in paths], None
+    values = ds.dataset(files, format="parquet", filesystem=filesystem).to_table(columns=[column]).column(column)
     return np.asarray(values.to_numpy(), dtype=np.int64)
 
 
@@ -197,7 +233,7 @@ class Lake:
         """Every table of ``warehouse`` (:data:`dkmsks.storage.tables.ALL_TABLES`) by its path."""
         from dkmsks.storage.tables import ALL_TABLES
 
-        return Lake({name: str(warehouse.table_path(name)) for name in ALL_TABLES})
+        return Lake({name: warehouse.table_uri(name) for name in ALL_TABLES})
 
     def table(self, name: str, version: int | None = None) -> Any:
         """The delta-rs table ``name`` (at ``version``); :class:`MissingTable` when it does not exist yet.
@@ -215,7 +251,7 @@ class Lake:
         if (table := _open.latest(uri)) is not None and version in (None, table.version()):
             return table
         try:
-            table = DeltaTable(uri, version=version)
+            table = DeltaTable(uri, version=version, storage_options=storage_options(uri))
         except TableNotFoundError:
             raise MissingTable(f"table {name} does not exist yet at {uri}: ingest data first "
                                "(dkm run, or the dkmsks_ingest DAG)") from None
@@ -326,19 +362,17 @@ class Lake:
         One look for the next commit file (Delta writes version ``v + 1`` as
         ``_delta_log/<v + 1>.json`` and never skips one) instead of :meth:`version`'s listing of
         the log (1–3 ms): follow mode asks four tables at every poll while idle. On an object
-        store it falls back to :meth:`version`."""
+        store the look is one HEAD request."""
         uri = self.uris[name]
-        if "://" in uri and not uri.startswith("file://"):
-            return self.version(name) > version
-        return os.path.exists(os.path.join(uri.removeprefix("file://"), "_delta_log", f"{version + 1:020d}.json"))
+        try:
+            _commit_file(uri, version + 1)
+        except OSError:
+            return False
+        return True
 
     def version_from(self, name: str, known: int) -> int:
         """The latest version of table ``name``, found from a version ``known`` to exist by
-        looking for the commit files after it (:meth:`committed_after`; on an object store,
-        :meth:`version`)."""
-        uri = self.uris[name]
-        if "://" in uri and not uri.startswith("file://"):
-            return self.version(name)
+        looking for the commit files after it (:meth:`committed_after`)."""
         while self.committed_after(name, known):
             known += 1
         return known
@@ -350,25 +384,61 @@ class Lake:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         table = self.table(name)
-        txns = None
+        txns = []
         if app_id is not None and version is not None:
             done = table.transaction_version(app_id)
             if done is not None and int(done) >= int(version):
                 return False
-            txns = [Transaction(app_id, int(version))]
+            txns.append(Transaction(app_id, int(version)))
+        fence = self._fence(name, table, app_id)
+        if fence is not None:
+            txns.append(fence)
         target = table.schema().to_arrow()
         data = conform(data, pa.schema(target))
-        write_deltalake(table, data, mode="append",
-                        commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=txns))
+        with self._fenced(name, fence):
+            write_deltalake(table, data, mode="append",
+                            commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=txns or None))
         return True
+
+    def _fence(self, name: str, table: Any, app_id: str | None) -> Any:
+        """The writer lock's fence this commit to ``name`` must carry (a Delta application
+        transaction), None when the process holds no fenced lease on it; :class:`Fenced` when
+        the snapshot already has a newer holder's (:mod:`dkmsks.storage.leases`)."""
+        from deltalake import Transaction
+
+        from dkmsks.storage.leases import FENCE_APP, Fenced, fence_of
+
+        fence = fence_of(self.uris[name])
+        if fence is None or app_id == FENCE_APP:
+            return None
+        current = table.transaction_version(FENCE_APP)
+        if current is not None and int(current) != fence.epoch:
+            raise Fenced(f"{name}: the writer lock was taken over (epoch {int(current)} after ours, "
+                         f"{fence.epoch}); this process's commit is refused")
+        return Transaction(FENCE_APP, fence.epoch)
+
+    @contextlib.contextmanager
+    def _fenced(self, name: str, fence: Any) -> Any:
+        """A fenced commit that lost its race to a newer holder's fence commit is
+        :class:`Fenced` (delta-rs refuses a commit when a concurrent one carries the same
+        transaction id)."""
+        from deltalake.exceptions import CommitFailedError
+
+        from dkmsks.storage.leases import Fenced
+
+        try:
+            yield
+        except CommitFailedError as err:
+            if fence is not None and "oncurrent transaction" in str(err):
+                raise Fenced(f"{name}: a newer holder of the writer lock committed first; "
+                             "this process's commit is refused") from err
+            raise
 
 
     def local_root(self, name: str) -> str | None:
         """The folder of table ``name`` when it is on this machine's file system, else ``None``."""
         uri = self.uris[name]
-        if "://" in uri and not uri.startswith("file://"):
-            return None
-        return uri.removeprefix("file://")
+        return None if is_remote(uri) else uri.removeprefix("file://")
 
     def commit_files(self, name: str, files: Sequence[Any], *, app_id: str, version: int,
                      metadata: dict[str, Any] | None = None) -> bool:
@@ -385,9 +455,14 @@ class Lake:
         partition_by = list(table.metadata().partition_columns)
         actions = [AddAction(f.path, f.size, {partition_by[0]: f.kind} if partition_by else {},
                              f.modification_time, True, f.stats) for f in files]
-        tagged = CommitProperties(custom_metadata=metadata, app_transactions=[Transaction(app_id, int(version))])
-        table.create_write_transaction(actions, "append", table.schema(), partition_by=partition_by,
-                                       commit_properties=tagged)
+        txns = [Transaction(app_id, int(version))]
+        fence = self._fence(name, table, app_id)
+        if fence is not None:
+            txns.append(fence)
+        tagged = CommitProperties(custom_metadata=metadata, app_transactions=txns)
+        with self._fenced(name, fence):
+            table.create_write_transaction(actions, "append", table.schema(), partition_by=partition_by,
+                                           commit_properties=tagged)
         return True
 
 

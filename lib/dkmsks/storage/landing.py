@@ -14,7 +14,9 @@ Publishers (``dkm publish``, ``dkm subscribe``, the client, the ingest DAG) and 
    ask for :func:`next_open_timestamp`.
 
 The lock is an ``flock`` (:mod:`dkmsks.storage.writer_lock`), held for milliseconds: a publish
-is a delta-rs append (no Spark application), a take is a delta-rs read. A run that dies after
+is a delta-rs append (no Spark application), a take is a delta-rs read. On object storage it
+is a short lease (:mod:`dkmsks.storage.leases`, ``DKMSKS_LANDING_LEASE_SECONDS``) renewed
+right before each append, and the seal is an object beside it. A run that dies after
 sealing loses nothing: the next run takes the same pending timestamps again (they are after
 the last processed one), and the seal only moves forward.
 
@@ -44,7 +46,7 @@ from dkmsks.io.rejections import TEXT_LIMIT, InputError, Reason, Rejection
 from dkmsks.storage import driver_data, tables
 from dkmsks.storage.journal import last_processed
 from dkmsks.storage.lake import Lake, where
-from dkmsks.storage.writer_lock import file_lock
+from dkmsks.storage.writer_lock import check_lease, file_lock, lease_lock
 from dkmsks.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -59,17 +61,30 @@ PUBLISH_SOURCE = "publish"
 
 def landing_lock(warehouse: Warehouse, who: str, *, timeout: float | None = None):
     """Hold the landing lock of ``warehouse``'s database for the block (milliseconds)."""
-    return file_lock(warehouse.landing_lock_path, who, timeout=timeout)
+    if warehouse.is_local:
+        return file_lock(warehouse.landing_lock_path, who, timeout=timeout)
+    return lease_lock(warehouse, "landing.lock", who, timeout=timeout)
+
+
+def _read_seal(warehouse: Warehouse) -> int | None:
+    if warehouse.location is None:
+        if not warehouse.seal_path.is_file():
+            return None
+        text = warehouse.seal_path.read_text(encoding="utf-8").strip()
+    else:
+        from dkmsks.storage.objectstore import ObjectStore
+
+        got = ObjectStore.of(warehouse.location).get(warehouse.lock_key("sealed"))
+        text = got[0].decode("utf-8").strip() if got is not None else ""
+    return int(text) if text else None
 
 
 def sealed_through(warehouse: Warehouse, lake: Lake | None = None) -> int | None:
     """The newest timestamp no publisher may add rows to: the last one a run took or the
     ledger's last processed one, whichever is newer (None before the first partitioning)."""
     marks = []
-    if warehouse.seal_path.is_file():
-        text = warehouse.seal_path.read_text(encoding="utf-8").strip()
-        if text:
-            marks.append(int(text))
+    if (seal := _read_seal(warehouse)) is not None:
+        marks.append(seal)
     processed = last_processed(lake or Lake.of(warehouse))
     if processed is not None:
         marks.append(processed)
@@ -80,6 +95,11 @@ def _seal(warehouse: Warehouse, t: int) -> None:
     """Record that runs took every timestamp up to ``t`` (atomically; only forward)."""
     current = sealed_through(warehouse)
     if current is not None and current >= t:
+        return
+    if warehouse.location is not None:
+        from dkmsks.storage.objectstore import ObjectStore
+
+        ObjectStore.of(warehouse.location).put(warehouse.lock_key("sealed"), f"{int(t)}\n".encode())
         return
     path = warehouse.seal_path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +219,9 @@ def publish_rows(warehouse: Warehouse, *, objects: pa.Table | None = None, event
         # only matters to a crash between the two appends, after which a replay completes it.
         for name, rows in ((tables.OBJECTS, objects), (tables.EVENTS, events)):
             if rows is not None and rows.num_rows:
+                # On object storage: renew the landing lease first, so that a publisher stopped
+                # past its lease does not append after a run took its timestamp.
+                check_lease(warehouse, "landing.lock")
                 lake.append(name, rows)
     for rows, attr in ((objects, "objects"), (events, "events")):
         if rows is not None and rows.num_rows:

@@ -1,4 +1,4 @@
-"""One writer of the state at a time: an advisory file lock per warehouse database.
+"""One writer of the state at a time: a lock per warehouse database.
 
 Micro-batch runs, follow-mode rounds, compactions and (re)partitioning all read the journal
 and ``knn_state`` and then commit on top of what they read; two of them interleaved could
@@ -7,12 +7,18 @@ DAGs; this lock also covers a user's manual ``spark-submit`` or ``dkm`` next to 
 an ``flock`` on ``<warehouse>/locks/<database>.lock``: the kernel releases it when the
 holder dies (even by ``kill -9``), so a crashed run never blocks the next one.
 
+On object storage, where no file lock spans hosts, the same lock is a lease on the object
+``locks/<database>.lock`` with a fence that the journal's commits check
+(:mod:`dkmsks.storage.leases`): a killed holder frees it within a lease, and a holder that was
+stopped past its lease cannot commit over its successor.
+
 The lock is re-entrant within a process (a repartition compacts under its own lock). A
 waiter retries until ``timeout`` seconds and then fails with the holder's description.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -26,6 +32,7 @@ from dkmsks.warehouse import Warehouse
 
 DEFAULT_TIMEOUT = float(os.environ.get("DKMSKS_LOCK_TIMEOUT", "900"))
 
+#: Locks this process holds, by file or object: the handle or lease, and the depth of re-entry.
 _held: dict[str, tuple[Any, int]] = {}
 _guard = threading.RLock()
 
@@ -36,7 +43,107 @@ class WriterBusy(RuntimeError):
 
 def writer_lock(warehouse: Warehouse, job: str, *, timeout: float | None = None) -> Any:
     """Hold the writer lock of ``warehouse``'s database for the block."""
-    return file_lock(warehouse.writer_lock_path, job, timeout=timeout)
+    if warehouse.is_local:
+        return file_lock(warehouse.writer_lock_path, job, timeout=timeout)
+    return lease_lock(warehouse, "lock", job, timeout=timeout, fenced=True)
+
+
+def check_writer(warehouse: Warehouse) -> None:
+    """Right before a write only the writer may make: on object storage, renew this process's
+    writer lease and make sure enough of it is left (:meth:`Lease.check`); a no-op for a
+    local warehouse, whose ``flock`` cannot be lost while the process lives."""
+    check_lease(warehouse, "lock")
+
+
+def check_lease(warehouse: Warehouse, kind: str) -> None:
+    """:func:`check_writer` for lock ``kind`` (``lock``, ``landing.lock``)."""
+    if warehouse.is_local:
+        return
+    with _guard:
+        held = _held.get(_lease_key(warehouse, kind))
+    if held is None:
+        raise RuntimeError(f"{warehouse}: this process does not hold its {kind}")
+    held[0].check()
+
+
+def _lease_key(warehouse: Warehouse, kind: str) -> str:
+    assert warehouse.location is not None
+    return f"{warehouse.location.bucket}/{warehouse.lock_key(kind)}"
+
+
+@contextmanager
+def lease_lock(warehouse: Warehouse, kind: str, job: str, *, timeout: float | None = None,
+               fenced: bool = False, lease_seconds: float | None = None) -> Iterator[Any]:
+    """Hold the lease ``locks/<database>.<kind>`` of a warehouse on object storage for the
+    block (re-entrant per process); yields the :class:`~dkmsks.storage.leases.Lease`. With
+    ``fenced``, taking it commits its epoch to the journal and the journal's commits carry it
+    while it is held (:mod:`dkmsks.storage.leases`)."""
+    from dkmsks.storage.leases import LANDING_LEASE_SECONDS, LEASE_SECONDS, Lease
+    from dkmsks.storage.objectstore import ObjectStore
+
+    assert warehouse.location is not None
+    key = _lease_key(warehouse, kind)
+    with _guard:
+        if key in _held:
+            lease, depth = _held[key]
+            _held[key] = (lease, depth + 1)
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield lease
+        finally:
+            with _guard:
+                lease, depth = _held[key]
+                _held[key] = (lease, depth - 1)
+        return
+
+    seconds = lease_seconds or (LEASE_SECONDS if fenced else LANDING_LEASE_SECONDS)
+    lease = Lease(ObjectStore.of(warehouse.location), warehouse.lock_key(kind), job, lease_seconds=seconds)
+    wait = DEFAULT_TIMEOUT if timeout is None else timeout
+    try:
+        lease.acquire(wait)
+    except TimeoutError as err:
+        raise WriterBusy(f"{job}: another job holds {warehouse.uri}/{warehouse.lock_key(kind)} (holder: {err}); "
+                         f"waited {wait:.0f} s — retry later, or raise DKMSKS_LOCK_TIMEOUT") from None
+    journal = None
+    try:
+        if fenced:
+            journal = _fence_journal(warehouse, lease.epoch)
+        with _guard:
+            _held[key] = (lease, 1)
+        yield lease
+    finally:
+        with _guard:
+            entry = _held.get(key)
+            if entry is not None and entry[1] > 1:
+                _held[key] = (entry[0], entry[1] - 1)
+            else:
+                _held.pop(key, None)
+                if journal is not None:
+                    from dkmsks.storage.leases import set_fence
+
+                    set_fence(None, journal)
+                lease.release()
+
+
+def _fence_journal(warehouse: Warehouse, epoch: int) -> str:
+    """Commit ``epoch`` as the journal's fence (when the journal exists) and make this
+    process's journal commits carry it; the journal's URI."""
+    import pyarrow as pa
+
+    from dkmsks.storage import tables
+    from dkmsks.storage.lake import Lake, MissingTable
+    from dkmsks.storage.leases import FENCE_APP, Fence, set_fence
+
+    lake = Lake.of(warehouse)
+    uri = lake.uris[tables.JOURNAL]
+    set_fence(Fence(uri, epoch), uri)
+    # No journal yet: the partition job makes it, and its first commit carries the fence.
+    with contextlib.suppress(MissingTable):
+        lake.append(tables.JOURNAL, pa.table({}), app_id=FENCE_APP, version=epoch)
+    return uri
 
 
 @contextmanager
