@@ -49,18 +49,21 @@ def ddl_schema(name: str) -> tuple[pa.Schema, list[str]]:
 
 
 def create_tables(warehouse: Warehouse) -> Lake:
-    """Every table of the project in ``warehouse``, empty."""
+    """Every table of the project in ``warehouse`` (a folder or on object storage), empty."""
     from deltalake import DeltaTable
+
+    from dkmsks.storage.lake import storage_options
 
     for name in tables.ALL_TABLES:
         schema, partitions = ddl_schema(name)
-        path = warehouse.table_path(name)
-        path.mkdir(parents=True, exist_ok=True)
-        DeltaTable.create(str(path), schema, partition_by=partitions or None)
+        uri = warehouse.table_uri(name)
+        if warehouse.is_local:
+            Path(uri).mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(uri, schema, partition_by=partitions or None, storage_options=storage_options(uri))
     return Lake.of(warehouse)
 
 
-def partitioned_warehouse(root: Path, *, objects: list[tuple], subscriptions: list[tuple], t0: int = 0) -> Warehouse:
+def partitioned_warehouse(root: Path | str, *, objects: list[tuple], subscriptions: list[tuple], t0: int = 0) -> Warehouse:
     """A warehouse as the partition job leaves it, in miniature: ``objects`` (``id, x, y,
     keywords, t``) landed, the initial ``subscriptions`` (``id, x, y, keywords, k``) live in
     ``knn_state`` with empty results (no test here reads them), a plan, and the ledger

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dkmsks.warehouse import Warehouse, default_database, default_root
@@ -14,8 +13,9 @@ if TYPE_CHECKING:
 
 def add_warehouse(p: argparse.ArgumentParser, *, spark: bool = True) -> None:
     """``--warehouse`` and ``--database`` (and ``--master`` for commands that start Spark)."""
-    p.add_argument("--warehouse", type=Path, default=None,
-                   help=f"warehouse folder (default: $DKMSKS_WAREHOUSE or {default_root()})")
+    p.add_argument("--warehouse", default=None,
+                   help=f"warehouse: a folder, or s3://bucket/prefix on object storage (endpoint and credentials "
+                        f"from the AWS variables) (default: $DKMSKS_WAREHOUSE or {default_root()})")
     p.add_argument("--database", default=None,
                    help=f"database of the pipeline's tables (default: $DKMSKS_DATABASE or {default_database()})")
     if spark:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -15,8 +14,9 @@ from dkmsks.warehouse import Warehouse, default_database, default_root
 def base_parser(description: str) -> argparse.ArgumentParser:
     """A job's parser with the flags every ``spark_apps`` job takes (warehouse, master, run id...)."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--warehouse", type=Path, default=None,
-                   help=f"warehouse folder (default: $DKMSKS_WAREHOUSE or {default_root()})")
+    p.add_argument("--warehouse", default=None,
+                   help=f"warehouse: a folder, or s3://bucket/prefix on object storage (endpoint and credentials "
+                        f"from the AWS variables) (default: $DKMSKS_WAREHOUSE or {default_root()})")
     p.add_argument("--master", default=None,
                    help="Spark master when run without spark-submit (default local[2])")
     p.add_argument("--database", default=None,

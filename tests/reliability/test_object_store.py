@@ -1,0 +1,239 @@
+"""A warehouse on S3-compatible object storage (the Versity S3 Gateway the session starts):
+the Spark-free paths (client, publishers, readers) give what they give on a local folder; the
+writer lock is a lease that a ``kill -9`` frees within its lease; a holder stopped past its
+lease cannot commit over its successor (the fence at the commit); a store that cannot be used
+is one line and exit status 2, with nothing written.
+
+docs/design.md §8, "Writers on object storage"; the Spark and follow paths on the store:
+tests/spark/test_s3_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dkmsks.client import Client
+from dkmsks.core.model import Vocabulary
+from dkmsks.storage import tables
+from dkmsks.storage.journal import commit
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.landing import take_pending
+from dkmsks.storage.objectstore import ObjectStore
+from dkmsks.warehouse import Warehouse
+from lake_tables import create_tables, partitioned_warehouse
+
+pytestmark = pytest.mark.reliability
+
+O_INIT = [(1, 0.0, 0.0, ["cafe"], 0), (2, 3.0, 4.0, ["cafe"], 0), (3, 1.0, 0.0, ["bar", "cafe"], 0)]
+LIVE = [(100, 0.0, 0.0, ["cafe"], 2), (101, 1.0, 1.0, ["bar"], 1)]
+#: Seconds of a writer lease in these tests (DKMSKS_LEASE_SECONDS of the processes they start).
+LEASE = 2.0
+
+
+def client_session(warehouse: Warehouse) -> dict:
+    """One publisher's afternoon through the client — subscriptions, objects, refusals, the
+    pipeline taking timestamps, a run's commit — and everything a reader then sees."""
+    client = Client(warehouse)
+    seen: dict = {"open": [client.next_open_timestamp()]}
+    seen["subscribe"] = [client.subscribe(102, 0.5, 0.5, ["cafe", "bar"], 3), client.unsubscribe(101)]
+    report = client.publish(objects=[(10, 0.1, 0.0, ["cafe"], 1), (11, 2.0, 2.0, ["bar"], 1),
+                                     (12, float("nan"), 0.0, ["cafe"], 1)])
+    seen["publish"] = (report.objects, report.events, report.quarantined, [r.reason for _, r in report.refused])
+    try:
+        client.unsubscribe(999)
+    except ValueError as err:
+        seen["refused"] = str(err)
+    taken = take_pending(warehouse, Lake.of(warehouse), Vocabulary(), after=0)
+    seen["taken"] = taken.timestamps
+    seen["open"].append(client.next_open_timestamp())
+    lake = Lake.of(warehouse)
+    seen["landed"] = sorted(map(str, lake.read(tables.EVENTS, columns=["op", "id", "t", "k"]).to_pylist()))
+    seen["objects"] = sorted(map(str, lake.read(tables.OBJECTS, columns=["id", "t"]).to_pylist()))
+    seen["quarantine"] = sorted(r["reason"] for r in lake.read(tables.QUARANTINE, columns=["reason"]).to_pylist())
+    return seen
+
+
+def test_the_client_on_object_storage_sees_what_it_sees_on_a_folder(tmp_path, s3_warehouse):
+    local = partitioned_warehouse(tmp_path / "wh", objects=O_INIT, subscriptions=LIVE)
+    remote = partitioned_warehouse(s3_warehouse, objects=O_INIT, subscriptions=LIVE)
+    assert not remote.is_local
+    on_folder, on_store = client_session(local), client_session(remote)
+    assert on_store == on_folder
+    assert on_store["taken"] == [1] and on_store["open"] == [1, 2] and "not live" in on_store["refused"]
+    # The seal and the locks are objects of the store; nothing of the warehouse went to a local folder.
+    store = ObjectStore.of(remote.location)
+    assert store.get(remote.lock_key("sealed"))[0].strip() == b"1"
+    assert json.loads(store.get(remote.lock_key("landing.lock"))[0])["state"] == "free"
+    assert not (remote.root / "tables").exists() and not (remote.root / "locks").exists()
+
+
+# --------------------------------------------------------------------------- the writer lease
+
+HOLDER = """
+import json, sys, time
+from dkmsks.storage.journal import commit
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.writer_lock import writer_lock
+from dkmsks.warehouse import Warehouse
+import pyarrow as pa
+
+warehouse = Warehouse(sys.argv[1])
+with writer_lock(warehouse, "holder", timeout=60) as lease:
+    print(json.dumps({"epoch": lease.epoch}), flush=True)
+    line = sys.stdin.readline()  # the test says when to commit (or closes stdin)
+    if line.strip() == "commit":
+        try:
+            done = commit(Lake.of(warehouse), pa.table({"record": ["ledger"], "t": [7], "plan_version": [0], "run_id": ["stale"]}), 7)
+            print(json.dumps({"committed": done}), flush=True)
+        except Exception as err:
+            print(json.dumps({"refused": type(err).__name__, "why": str(err)}), flush=True)
+"""
+
+
+def start_holder(uri: str) -> tuple[subprocess.Popen, int]:
+    env = {**os.environ, "DKMSKS_LEASE_SECONDS": str(LEASE)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uri], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
+    return proc, json.loads(line)["epoch"]
+
+
+def take_writer_lock(warehouse: Warehouse, monkeypatch) -> tuple[object, float]:
+    """This process takes the writer lock (waiting as long as it must); the context and the
+    seconds it waited."""
+    from dkmsks.storage import leases
+    from dkmsks.storage.writer_lock import writer_lock
+
+    monkeypatch.setattr(leases, "LEASE_SECONDS", LEASE)
+    started = time.monotonic()
+    lock = writer_lock(warehouse, "successor", timeout=60)
+    lease = lock.__enter__()
+    return (lock, lease), time.monotonic() - started
+
+
+def test_a_holder_killed_with_kill_9_frees_the_writer_lock_within_its_lease(s3_warehouse, monkeypatch):
+    warehouse = Warehouse(s3_warehouse)
+    create_tables(warehouse)
+    holder, epoch = start_holder(s3_warehouse)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    killed = time.monotonic()
+    (lock, lease), _ = take_writer_lock(warehouse, monkeypatch)
+    waited = time.monotonic() - killed
+    try:
+        assert lease.epoch == epoch + 1
+        # Within one lease of the last renewal (at most a lease before the kill), plus polling.
+        assert waited <= LEASE + 1.0, f"the lock came free {waited:.1f} s after the kill"
+        # Taking it committed the new epoch to the journal as its fence.
+        assert Lake.of(warehouse).table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == lease.epoch
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def test_a_holder_stopped_past_its_lease_cannot_commit_over_its_successor(s3_warehouse, monkeypatch):
+    warehouse = Warehouse(s3_warehouse)
+    lake = create_tables(warehouse)
+    holder, epoch = start_holder(s3_warehouse)
+    try:
+        holder.send_signal(signal.SIGSTOP)
+        (lock, lease), waited = take_writer_lock(warehouse, monkeypatch)  # waits out the stopped holder's lease
+        assert lease.epoch == epoch + 1 and waited >= LEASE * 0.9
+        assert commit(lake, pa.table({"record": ["ledger"], "t": [5], "plan_version": [0], "run_id": ["successor"]}), 5)
+        holder.send_signal(signal.SIGCONT)
+        holder.stdin.write("commit\n")
+        holder.stdin.flush()
+        answer = json.loads(holder.stdout.readline())
+        lock.__exit__(None, None, None)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert answer.get("refused") in ("Fenced", "LeaseLost"), answer
+    rows = lake.read(tables.JOURNAL, columns=["run_id", "t"]).to_pylist()
+    assert rows == [{"run_id": "successor", "t": 5}]
+
+
+def test_a_commit_that_lost_the_race_to_a_newer_fence_is_refused(s3_warehouse):
+    """The other path of the fence: the stale holder's snapshot predates the successor's fence
+    commit, so only the store's refusal of the concurrent transaction id stops it."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from dkmsks.storage.leases import FENCE_APP, Fence, Fenced, set_fence
+
+    from deltalake import DeltaTable
+
+    from dkmsks.storage.lake import storage_options
+
+    warehouse = Warehouse(s3_warehouse)
+    lake = create_tables(warehouse)
+    uri = lake.uris[tables.JOURNAL]
+    lake.append(tables.JOURNAL, pa.table({}), app_id=FENCE_APP, version=1)
+    empty = _empty_journal(lake)
+    stale = DeltaTable(uri, storage_options=storage_options(uri))  # the stale holder's snapshot: fence 1
+    successor = DeltaTable(uri, storage_options=storage_options(uri))
+    write_deltalake(successor, empty, mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(FENCE_APP, 2)]))
+    set_fence(Fence(uri, 1), uri)
+    try:
+        fence = Transaction(FENCE_APP, 1)
+        with pytest.raises(Fenced, match="committed first"), lake._fenced(tables.JOURNAL, fence):
+            write_deltalake(stale, empty, mode="append",
+                            commit_properties=CommitProperties(app_transactions=[fence]))
+        # And with a fresh snapshot the newer fence is seen before anything is written.
+        with pytest.raises(Fenced, match="taken over"):
+            commit(lake, pa.table({"record": ["ledger"], "t": [3], "plan_version": [0], "run_id": ["stale"]}), 3)
+    finally:
+        set_fence(None, uri)
+    assert lake.read(tables.JOURNAL).num_rows == 0
+
+
+def _empty_journal(lake: Lake) -> pa.Table:
+    from dkmsks.storage.lake import conform
+
+    return conform(pa.table({}), pa.schema(lake.table(tables.JOURNAL).schema().to_arrow()))
+
+
+# --------------------------------------------------------------------------- a store that cannot be used
+
+def dkm(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dkmsks.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("problem", ["wrong secret", "no such bucket", "unreachable endpoint"])
+def test_a_store_that_cannot_be_used_is_one_line_and_exit_2_with_nothing_written(problem, objectstore, s3_warehouse,
+                                                                                tmp_path):
+    warehouse = Warehouse(s3_warehouse)
+    env = {**os.environ, **objectstore}
+    uri = s3_warehouse
+    if problem == "wrong secret":
+        env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
+    elif problem == "no such bucket":
+        uri = "s3://no-such-bucket-here/warehouse"
+    else:
+        env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"
+    events = tmp_path / "events.tsv"
+    events.write_text("op\tid\tx\ty\tkeywords\tk\tt\ninsert\t1\t0\t0\tcafe\t1\t1\n")
+    reason = {"wrong secret": "refused the credentials", "no such bucket": "bucket no-such-bucket-here does not exist",
+              "unreachable endpoint": "cannot reach the object store"}[problem]
+    for args in (["subscribe", "--id", "5", "--x", "0", "--y", "0", "--keywords", "cafe", "--k", "1"],
+                 ["publish", "--events", str(events)], ["status"], ["export", "--out", str(tmp_path / "r.jsonl")],
+                 ["run", "--objects", str(events), "--events", str(events)]):
+        done = dkm(*args, "--warehouse", uri, env=env)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(lines) == 1 and reason in lines[0] and uri in lines[0], (args, done.stderr)
+        assert objectstore["AWS_SECRET_ACCESS_KEY"] not in done.stderr + done.stdout
+        assert "not-the-secret" not in done.stderr + done.stdout
+    # Nothing was written, under the test's prefix or anywhere a wrong bucket could have sent it.
+    assert not ObjectStore.of(warehouse.location).has_prefix(warehouse.location.key() + "/")
+    assert not Path(warehouse.root, "run").exists()
