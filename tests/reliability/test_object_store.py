@@ -165,13 +165,10 @@ def test_a_holder_stopped_past_its_lease_cannot_commit_over_its_successor(s3_war
 def test_a_commit_that_lost_the_race_to_a_newer_fence_is_refused(s3_warehouse):
     """The other path of the fence: the stale holder's snapshot predates the successor's fence
     commit, so only the store's refusal of the concurrent transaction id stops it."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    from dkmsks.storage.leases import FENCE_APP, Fence, Fenced, set_fence
-
-    from deltalake import DeltaTable
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     from dkmsks.storage.lake import storage_options
+    from dkmsks.storage.leases import FENCE_APP, Fence, Fenced, set_fence
 
     warehouse = Warehouse(s3_warehouse)
     lake = create_tables(warehouse)
