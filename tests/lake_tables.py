@@ -63,7 +63,8 @@ def create_tables(warehouse: Warehouse) -> Lake:
     return Lake.of(warehouse)
 
 
-def partitioned_warehouse(root: Path | str, *, objects: list[tuple], subscriptions: list[tuple], t0: int = 0) -> Warehouse:
+def partitioned_warehouse(root: Path | str, *, objects: list[tuple], subscriptions: list[tuple],
+                          t0: int = 0) -> Warehouse:
     """A warehouse as the partition job leaves it, in miniature: ``objects`` (``id, x, y,
     keywords, t``) landed, the initial ``subscriptions`` (``id, x, y, keywords, k``) live in
     ``knn_state`` with empty results (no test here reads them), a plan, and the ledger

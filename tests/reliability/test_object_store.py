@@ -92,7 +92,8 @@ with writer_lock(warehouse, "holder", timeout=60) as lease:
     line = sys.stdin.readline()  # the test says when to commit (or closes stdin)
     if line.strip() == "commit":
         try:
-            done = commit(Lake.of(warehouse), pa.table({"record": ["ledger"], "t": [7], "plan_version": [0], "run_id": ["stale"]}), 7)
+            rows = pa.table({"record": ["ledger"], "t": [7], "plan_version": [0], "run_id": ["stale"]})
+            done = commit(Lake.of(warehouse), rows, 7)
             print(json.dumps({"committed": done}), flush=True)
         except Exception as err:
             print(json.dumps({"refused": type(err).__name__, "why": str(err)}), flush=True)
