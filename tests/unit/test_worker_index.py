@@ -335,7 +335,8 @@ def test_grid_pyramid_levels() -> None:
     cells, counts = np.unique(index.postings.keys >> 32, return_counts=True)
     posted = dict(zip(cells.tolist(), counts.tolist(), strict=True))
     assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
-    assert posted.pop(index.wide_cell) == 1  # the infinite ball
+    top_cell = 10 * 10 + 5 * 5 + 3 * 3 + 2 * 2  # after the cells of levels 0 to 3
+    assert posted.pop(top_cell) == 1  # the infinite ball, in the top cell (the whole plane)
     # r = 4.3 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
     level2 = 10 * 10 + 5 * 5  # cells of levels 0 and 1 come first
     assert sorted(posted) == [level2 + c for c in range(9)]

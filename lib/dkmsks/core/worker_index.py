@@ -590,11 +590,6 @@ class GridIndex(_PostingsIndex):
         self._mx = 1e-6 * self.cw + 1e-12 * (abs(space.xmin) + abs(space.xmax))
         self._my = 1e-6 * self.ch + 1e-12 * (abs(space.ymin) + abs(space.ymax))
 
-    @property
-    def wide_cell(self) -> int:
-        """Key prefix of the top cell (the whole plane)."""
-        return int(self._offset[self.top])
-
     def _ensure(self, n: int) -> None:
         super()._ensure(n)
         if self.r_indexed.shape[0] < self.epoch.shape[0]:
