@@ -194,7 +194,7 @@ TUNING_PARAMS = {
                     description="DkM-SKS: Algorithm 2 targets gamma1 * m subsets"),
     "gamma2": Param(20, type="integer", minimum=0,
                     description="DkM-SKS: subsets of at most gamma2 subscriptions also try Hybrid-Partition"),
-    "grid": Param(16384, type="integer", minimum=1, maximum=1 << 20,
+    "grid": Param(16384, type="integer", minimum=1, maximum=32768,
                   description="DkM-SKS worker grid: G x G finest cells, plus coarser levels"),
     "t0": Param(0, type="integer", description="end of the initial phase T0"),
     "new_cost": Param("live", enum=["live", "paper"],

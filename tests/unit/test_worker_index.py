@@ -240,6 +240,16 @@ def test_every_index_and_grid_equals_oracle(method: str, grid: int, variant: str
         )
 
 
+def test_the_finest_grid_the_configuration_takes_is_one_the_index_takes() -> None:
+    from dkmsks.core.config import PARAMETERS
+
+    finest = next(p for p in PARAMETERS if p.name == "grid").maximum
+    assert isinstance(make_index("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=finest), GridIndex)
+    # What a core caller passing a finer grid reads: the parameter, not a command-line flag.
+    with pytest.raises(ValueError, match=r"grid 40133 is too fine for 32-bit cell ids: grid must be at most 32768"):
+        make_index("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=40133)
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("case", ["colocated", "same_keywords", "tiny_budget"])
 def test_degenerate_inputs(method: str, case: str) -> None:
