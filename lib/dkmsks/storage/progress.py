@@ -102,8 +102,9 @@ def _last_processed(lake: Lake) -> int | None:
 
 
 def _newest_t(lake: Lake, name: str) -> int | None:
-    """The newest landed timestamp of landing table ``name`` (its rows are never deleted, so the
-    statistics' bound is exact); ``None`` when it holds nothing."""
+    """The newest landed timestamp of landing table ``name``, ``None`` when it holds nothing: the
+    files' bound (:meth:`~dkmsks.storage.lake.Lake.column_bound`), exact since landing rows are
+    never deleted, and otherwise too high, which errs towards running the job."""
     try:
         return lake.column_bound(name, "t")
     except MissingTable:
