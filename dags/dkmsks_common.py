@@ -18,7 +18,6 @@ extra (:func:`record_warehouse`), and a run triggered by such events works on th
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -195,7 +194,7 @@ TUNING_PARAMS = {
                     description="DkM-SKS: Algorithm 2 targets gamma1 * m subsets"),
     "gamma2": Param(20, type="integer", minimum=0,
                     description="DkM-SKS: subsets of at most gamma2 subscriptions also try Hybrid-Partition"),
-    "grid": Param(16384, type="integer", minimum=1, maximum=1 << 20,
+    "grid": Param(16384, type="integer", minimum=1, maximum=32768,
                   description="DkM-SKS worker grid: G x G finest cells, plus coarser levels"),
     "t0": Param(0, type="integer", description="end of the initial phase T0"),
     "new_cost": Param("live", enum=["live", "paper"],
@@ -213,139 +212,3 @@ PARTITION_PARAMS = {**TUNING_PARAMS, **JOB_PARAMS}
 #: spark_apps/partition.py's tuning flags, one per Param (flags are the Params' names with dashes).
 PARTITION_ARGS = [arg for name in TUNING_PARAMS
                   for arg in ("--" + name.replace("_", "-"), "{{ params.%s }}" % name)]  # noqa: UP031 (Jinja's braces)
-
-
-def delta_live_files(table: str | Path) -> list[dict] | None:
-    """The live data files (``add`` actions, with their statistics) of a Delta table, read from
-    its transaction log without Spark: the newest checkpoint (pyarrow) plus the JSON commits
-    after it. ``[]`` when the table has no log yet; ``None`` when the log uses a layout this
-    reader does not follow (v2 checkpoints with sidecar files)."""
-    log = Path(table) / "_delta_log"
-    if not log.is_dir():
-        return []
-    files: dict[str, dict] = {}
-    after = -1
-    pointer = log / "_last_checkpoint"
-    if pointer.is_file():
-        import pyarrow.parquet as pq
-
-        after = int(json.loads(pointer.read_text())["version"])
-        parts = sorted(log.glob(f"{after:020d}.checkpoint*.parquet"))
-        if not parts or any("sidecar" in pq.read_schema(part).names for part in parts):
-            return None
-        for part in parts:
-            for add in pq.read_table(part, columns=["add"]).column("add").to_pylist():
-                if add:
-                    files[add["path"]] = add
-    for commit in sorted(log.glob("*.json")):  # zero-padded versions sort in commit order
-        if int(commit.name.split(".")[0]) <= after:
-            continue
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                files[action["add"]["path"]] = action["add"]
-            elif "remove" in action:
-                files.pop(action["remove"]["path"], None)
-    return list(files.values())
-
-
-def _rows_and_max(files: list[dict] | None, column: str) -> tuple[int, object] | None:
-    """Row count and maximum of ``column`` from the files' statistics; ``None`` if any is unknown."""
-    if files is None:
-        return None
-    rows, highest = 0, None
-    for f in files:
-        stats = json.loads(f.get("stats") or "null")
-        if not stats or "numRecords" not in stats:
-            return None
-        if stats["numRecords"] == 0:
-            continue
-        value = stats.get("maxValues", {}).get(column)
-        if value is None:
-            return None
-        rows += stats["numRecords"]
-        highest = value if highest is None else max(highest, value)
-    return rows, highest
-
-
-def _processed_through(tables: Path) -> tuple[bool, object]:
-    """(known, last processed timestamp or None) from the ledger records: the ``journal`` table's
-    ``record=ledger`` partition, or a ``ledger`` table (earlier layout)."""
-    if (tables / "journal" / "_delta_log").is_dir():
-        files = delta_live_files(tables / "journal")
-        if files is not None:
-            files = [f for f in files if (f.get("partitionValues") or {}).get("record") == "ledger"]
-    elif (tables / "ledger" / "_delta_log").is_dir():
-        files = delta_live_files(tables / "ledger")
-    else:
-        return False, None
-    found = _rows_and_max(files, "t")
-    return (False, None) if found is None else (True, found[1])
-
-
-def partition_skip_reason(warehouse: str | Path) -> str | None:
-    """Why the initial partitioning would do nothing, or ``None`` when it has work (or we cannot
-    tell: the job then runs and its ``--if-absent`` decides).
-
-    The Spark-free twin of ``dkmsks.jobs.partition.partition_done``: the initial partitioning is
-    done once its ledger record is in the journal (read from the Delta logs under
-    ``<warehouse>/tables``, like :func:`repartition_skip_reason`).
-    """
-    known, last = _processed_through(Path(warehouse) / "tables")
-    if known and last is not None:
-        return (f"the initial partitioning of {warehouse} is done (ledger through t = {last}): nothing to do "
-                "(dkmsks_repartition makes new plans)")
-    return None
-
-
-def repartition_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:
-    """Why a repartitioning would do nothing, or ``None`` when it has work (or we cannot tell).
-
-    Read from the Delta logs under ``<warehouse>/tables`` (the warehouse must be visible to the
-    Airflow worker, as in local mode and docker compose): no plan yet; or, for a scheduled run,
-    no timestamp processed since the current plan (a triggered run may ask for other
-    parameters, so it always runs once a plan exists).
-    """
-    tables = Path(warehouse) / "tables"
-    plans = _rows_and_max(delta_live_files(tables / "partition_plans"), "effective_t")
-    if plans is None:
-        return None
-    if plans[0] == 0:
-        return f"no partition plan yet in {warehouse}: nothing to repartition (the partition DAG makes the first)"
-    if not scheduled:
-        return None
-    known, last = _processed_through(tables)
-    if known and (last is None or last <= plans[1]):
-        return (f"no timestamp processed since the current plan (it serves t > {plans[1]}, "
-                f"last processed t = {'none' if last is None else last}): nothing to repartition")
-    return None
-
-
-def microbatch_skip_reason(warehouse: str | Path, *, scheduled: bool) -> str | None:
-    """Why a micro-batch run would do nothing, or ``None`` when it has work (or we cannot tell).
-
-    Only a scheduled run skips (one triggered by hand or by a new plan always runs the job, which
-    decides). Read from the Delta logs under ``<warehouse>/tables``, without Spark: no plan yet;
-    or no landed timestamp after the last processed one (the landing tables' newest ``t``
-    against the ledger's). On a warehouse that follow mode keeps
-    up to date, the schedule then costs a log read instead of a Spark application (30-100 s of
-    both cores on a 2-core machine, measured in the compose stack); a timestamp that lands
-    while follow runs is still pending for whichever takes the writer lock first.
-    """
-    if not scheduled:
-        return None
-    tables = Path(warehouse) / "tables"
-    plans = _rows_and_max(delta_live_files(tables / "partition_plans"), "effective_t")
-    if plans is None:
-        return None
-    if plans[0] == 0:
-        return f"no partition plan yet in {warehouse}: nothing to process (the partition DAG makes the first)"
-    known, last = _processed_through(tables)
-    landed = [_rows_and_max(delta_live_files(tables / name), "t") for name in ("objects", "subscription_events")]
-    if not known or last is None or None in landed:
-        return None
-    newest = max((found[1] for found in landed if found[1] is not None), default=None)
-    if newest is None or newest <= last:
-        return (f"no timestamp landed after the last processed one (t = {last}; newest landed "
-                f"t = {'none' if newest is None else newest}): nothing to process")
-    return None

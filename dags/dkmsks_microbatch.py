@@ -7,9 +7,9 @@ append: a retry or a crash cannot lose or double-apply a timestamp. Runs on its 
 cron in the environment variable `AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE` when the DAG file is
 parsed, default every 5 minutes; on the `warehouse` Param) and whenever a plan is made (on the
 warehouse named in the `dkmsks://plan` event). A scheduled run checks the Delta logs first
-and skips its Spark job when there is no plan yet or no timestamp landed after the last
-processed one, as on a warehouse that `dkm follow` keeps up to date; a run triggered by hand
-or by a new plan always runs the job.
+(`dkmsks.storage.progress`, no Spark) and skips its Spark job when there is no plan yet or no
+timestamp landed after the last processed one, as on a warehouse that `dkm follow` keeps up to
+date; a run triggered by hand or by a new plan always runs the job.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from dkmsks_common import (
     PLAN,
     RESULTS,
     START,
-    microbatch_skip_reason,
     run_warehouse,
     spark_job,
 )
@@ -40,8 +39,12 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_MICROBATCH_SCHEDULE", "*/5 * * * *
 
 @task.short_circuit(task_id="check_pending")
 def check_pending(params=None, dag_run=None, triggering_asset_events=None) -> bool:
-    """True unless a scheduled run finds no plan or nothing pending; then logs why and skips."""
-    reason = microbatch_skip_reason(run_warehouse(triggering_asset_events, params),
+    """True unless a scheduled run finds no plan or nothing pending; then logs why and skips. The
+    library reads the Delta logs (delta-rs), imported here so that parsing this file stays light."""
+    from dkmsks.storage.progress import microbatch_skip_reason
+    from dkmsks.warehouse import Warehouse
+
+    reason = microbatch_skip_reason(Warehouse.at(run_warehouse(triggering_asset_events, params)),
                                     scheduled=dag_run.run_type == "scheduled")
     if reason:
         print(f"skipping the micro-batch: {reason}")

@@ -8,10 +8,10 @@ the environment variable `AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE` when the DAG 
 (default daily at 03:00 UTC). Updates `dkmsks://plan` with the warehouse in the event, which
 starts a micro-batch on that warehouse.
 
-A cheap first task (`check_plan`, no Spark) reads the Delta logs and short-circuits when there is
-nothing to do: no plan yet, or (scheduled runs) no timestamp processed since the current plan.
-The Spark job is then skipped and `dkmsks://plan` is not updated, so no micro-batch is started
-for nothing.
+A cheap first task (`check_plan`, no Spark) reads the Delta logs through
+`dkmsks.storage.progress` (delta-rs) and short-circuits when there is nothing to do: no plan
+yet, or (scheduled runs) no timestamp processed since the current plan. The Spark job is then
+skipped and `dkmsks://plan` is not updated, so no micro-batch is started for nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from dkmsks_common import (
     PARTITION_PARAMS,
     PLAN,
     START,
-    repartition_skip_reason,
     run_warehouse,
     spark_job,
 )
@@ -38,8 +37,12 @@ SCHEDULE = os.environ.get("AIRFLOW_VAR_DKMSKS_REPARTITION_SCHEDULE", "0 3 * * *"
 
 @task.short_circuit(task_id="check_plan")
 def check_plan(params=None, dag_run=None, triggering_asset_events=None) -> bool:
-    """True when the repartitioning has work; otherwise logs why and skips it."""
-    reason = repartition_skip_reason(run_warehouse(triggering_asset_events, params),
+    """True when the repartitioning has work; otherwise logs why and skips it. The library reads
+    the Delta logs (delta-rs), imported here so that parsing this file stays light."""
+    from dkmsks.storage.progress import repartition_skip_reason
+    from dkmsks.warehouse import Warehouse
+
+    reason = repartition_skip_reason(Warehouse.at(run_warehouse(triggering_asset_events, params)),
                                      scheduled=dag_run.run_type == "scheduled")
     if reason:
         print(f"skipping the repartition: {reason}")

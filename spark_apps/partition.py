@@ -33,9 +33,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> int:
     """Make the first plan (or, with ``--repartition``, a new one) and the state; the exit status."""
-    from dkmsks.jobs.partition import partition_done, run_partition, run_repartition
+    from dkmsks.jobs.partition import run_partition, run_repartition
     from dkmsks.storage.lake import Lake
     from dkmsks.storage.plans import current_plan
+    from dkmsks.storage.progress import partition_done
 
     config = config_from_args(args)
     run_id = args.run_id or ("repartition" if args.repartition else "partition")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -150,49 +151,78 @@ def test_dag_files_import_nothing_heavy():
         assert not {m for m in names if m.split(".")[0] in {"numpy", "pyspark", "pandas", "dkmsks", "scipy"}}, path
 
 
-# --- periodic repartitioning: a cheap check before Spark, so a no-op never updates dkmsks://plan
-
-
-def _add(path: str, rows: int | None, **max_values) -> dict:
-    """An ``add`` action as Delta writes it; ``rows=None`` leaves out the statistics."""
-    stats = None if rows is None else json.dumps({"numRecords": rows, "minValues": max_values,
-                                                  "maxValues": max_values, "nullCount": {}})
-    return {"add": {"path": path, "partitionValues": {}, "size": 100, "modificationTime": 0,
-                    "dataChange": True, "stats": stats}}
-
-
-def _write_log(table: Path, *commits: list[dict], checkpoint: tuple[int, list[dict]] | None = None) -> None:
-    """A Delta log: commit files 0..n-1 (a metadata action first) and optionally a checkpoint."""
-    log = table / "_delta_log"
-    log.mkdir(parents=True)
-    for version, actions in enumerate(commits):
-        lines = [{"commitInfo": {"operation": "WRITE"}}, *actions]
-        (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in lines) + "\n")
-    if checkpoint is not None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        version, adds = checkpoint
-        rows = [{"path": a["add"]["path"], "stats": a["add"]["stats"]} for a in adds]
-        removes = pa.array([None] * (len(rows) + 1), pa.struct([("path", pa.string())]))
-        pq.write_table(pa.table({"add": pa.array([*rows, None]), "remove": removes}),
-                       log / f"{version:020d}.checkpoint.parquet")
-        (log / "_last_checkpoint").write_text(json.dumps({"version": version, "size": len(rows) + 1}))
-
-
-PLAN0 = _add("p0.parquet", 1, plan_version=0, method="dkm", workers=20, effective_t=0)
-PLAN1 = _add("p1.parquet", 1, plan_version=1, method="kop", workers=3, effective_t=2)
-
-
-def _ledger(*ts: int) -> list[dict]:
-    return [_add(f"l{t}.parquet", 1, t=t, plan_version=0) for t in ts]
-
-
 @pytest.fixture(scope="module")
 def common(dagbag):
     import dkmsks_common  # on sys.path through the dagbag fixture, as in Airflow
 
     return dkmsks_common
+
+
+
+# --- the Spark-free checks before each Spark job: dkmsks.storage.progress on real Delta tables
+
+
+def _warehouse(root: Path, *, plans: tuple[tuple[int, int], ...] = (), state_plan: int | None = None,
+               objects: tuple[int, ...] = (), events: tuple[int, ...] = ()):
+    """A warehouse's tables written with delta-rs (tests/lake_tables.py): ``plans`` as
+    ``(plan_version, effective_t)``, a state row of plan ``state_plan``, and objects and
+    subscription events at the given timestamps."""
+    import pyarrow as pa
+
+    from dkmsks.storage import tables
+    from dkmsks.warehouse import Warehouse
+    from lake_tables import create_tables
+
+    warehouse = Warehouse(root)
+    lake = create_tables(warehouse)
+    for version, effective_t in plans:
+        lake.append(tables.PLANS, pa.table({
+            "plan_version": [version], "method": ["kop"], "workers": [1], "params": [json.dumps({"t0": 0})],
+            "subsets": [1], "subscriptions": [1], "o_init": [1], "effective_t": [effective_t],
+            "meta_json": [json.dumps({"space": [0.0, 0.0, 1.0, 1.0]})]}))
+    if state_plan is not None:
+        lake.append(tables.STATE, pa.table({
+            "plan_version": [state_plan], "worker": pa.array([0], pa.int32()), "sub_id": [1], "x": [0.5], "y": [0.5],
+            "keywords": [["cafe"]], "k": pa.array([1], pa.int32()), "registered_t": [0], "weight": [1], "subset": [0],
+            "object_ids": pa.array([[]], pa.list_(pa.int64())), "d2": pa.array([[]], pa.list_(pa.float64())),
+            "updated_t": [0]}))
+    _land(warehouse, tables.OBJECTS, *objects)
+    _land(warehouse, tables.EVENTS, *events)
+    return warehouse
+
+
+def _land(warehouse, name: str, *ts: int) -> None:
+    """Rows at timestamps ``ts`` appended to landing table ``name`` (objects or subscription events)."""
+    import pyarrow as pa
+
+    from dkmsks.storage.lake import Lake
+
+    if ts:
+        n = len(ts)
+        Lake.of(warehouse).append(name, pa.table({
+            "op": ["insert"] * n, "id": list(ts), "x": [0.5] * n, "y": [0.5] * n, "keywords": [["cafe"]] * n,
+            "k": pa.array([1] * n, pa.int32()), "t": list(ts)}))
+
+
+def _processed(warehouse, *ts: int) -> None:
+    """A run's journal commit (:func:`dkmsks.storage.journal.commit`): the ledger records of
+    ``ts`` and a metric record of a later ``t``, which does not count as processed."""
+    import pyarrow as pa
+
+    from dkmsks.storage.journal import commit
+    from dkmsks.storage.lake import Lake
+
+    n = len(ts) + 1
+    commit(Lake.of(warehouse), pa.table({"record": ["ledger"] * len(ts) + ["metric"], "t": [*ts, max(ts) + 5],
+                                         "plan_version": [0] * n, "run_id": ["test"] * n}), max(ts))
+
+
+def _checkpoint(warehouse, *names: str) -> None:
+    """A checkpoint of each table: a reader then starts from it, not from the first commit."""
+    from deltalake import DeltaTable
+
+    for name in names:
+        DeltaTable(str(warehouse.table_path(name))).create_checkpoint()
 
 
 def test_repartition_runs_spark_only_after_a_cheap_check(dagbag):
@@ -209,61 +239,48 @@ def test_repartition_runs_spark_only_after_a_cheap_check(dagbag):
     ("case", "scheduled", "expected"),
     [
         ("no warehouse", True, "no partition plan yet"),
-        ("empty plan table", True, "no partition plan yet"),
-        ("empty plan table", False, "no partition plan yet"),
+        ("no plan", True, "no partition plan yet"),
+        ("no plan", False, "no partition plan yet"),
         ("plan, nothing processed since", True, "no timestamp processed since the current plan (it serves t > 0, "
                                                 "last processed t = 0)"),
         ("plan, nothing processed since", False, None),  # a triggered run may bring other params
         ("plan, t=1..2 processed since", True, None),
+        ("plan, no ledger record yet", True, "it serves t > 0, last processed t = none"),
+        ("plan, no journal table", True, None),  # cannot tell: the job runs and decides
         ("repartitioned at t=2, nothing since", True, "it serves t > 2, last processed t = 2"),
-        ("checkpoint, then t=3 processed", True, None),
+        ("repartitioned at t=2, nothing since", False, None),
+        ("repartitioned at t=2, t=3 processed", True, None),
         ("checkpoint, nothing since", True, "it serves t > 2, last processed t = 2"),
-        ("ledger file removed", True, "it serves t > 0, last processed t = 0"),
-        ("statistics missing", True, None),  # cannot tell: the job runs and decides
-        ("no ledger records anywhere", True, None),  # cannot tell
-        ("journal, no ledger record yet", True, "it serves t > 0, last processed t = none"),
-        ("journal, t=1..2 processed since", True, None),
-        ("journal, nothing since the repartition", True, "it serves t > 2, last processed t = 2"),
+        ("checkpoint, then t=3 processed", True, None),
+        # The new plan is written, the state not yet switched to it: the job redoes the switch.
+        ("repartition interrupted before the switch", True, None),
     ],
 )
-def test_repartition_skip_reason_reads_the_delta_logs(common, tmp_path, case, scheduled, expected):
-    plans, ledger = tmp_path / "tables" / "partition_plans", tmp_path / "tables" / "ledger"
+def test_repartition_skip_reason_reads_the_delta_logs(tmp_path, case, scheduled, expected):
+    from dkmsks.storage.progress import repartition_skip_reason
+    from dkmsks.warehouse import Warehouse
+
     if case == "no warehouse":
-        tmp_path = tmp_path / "absent"
-    elif case == "empty plan table":
-        _write_log(plans, [{"metaData": {"id": "x"}}])
-    elif case == "plan, nothing processed since":
-        _write_log(plans, [], [PLAN0])
-        _write_log(ledger, [], _ledger(0))
-    elif case == "plan, t=1..2 processed since":
-        _write_log(plans, [], [PLAN0])
-        _write_log(ledger, [], _ledger(0), _ledger(1, 2))
-    elif case == "repartitioned at t=2, nothing since":
-        _write_log(plans, [PLAN0], [PLAN1])
-        _write_log(ledger, _ledger(0), _ledger(1, 2))
-    elif case.startswith("checkpoint"):
-        _write_log(plans, [PLAN0], [PLAN1], checkpoint=(1, [PLAN0, PLAN1]))
-        later = [_ledger(3)] if case.endswith("t=3 processed") else []
-        _write_log(ledger, _ledger(0), _ledger(1, 2), *later, checkpoint=(1, _ledger(0, 1, 2)))
-    elif case == "ledger file removed":
-        _write_log(plans, [PLAN0])
-        _write_log(ledger, _ledger(0, 1), [{"remove": {"path": "l1.parquet", "dataChange": True}}])
-    elif case == "statistics missing":
-        _write_log(plans, [_add("p0.parquet", None)])
-    elif case == "no ledger records anywhere":
-        _write_log(plans, [PLAN0])
-    elif case.startswith("journal"):
-        journal = tmp_path / "tables" / "journal"
-        _write_log(plans, [PLAN0], *([[PLAN1]] if "repartition" in case else []))
-        metric = _add("m1.parquet", 4, t=7, worker=0)  # other records' timestamps do not count
-        metric["add"]["partitionValues"] = {"record": "metric"}
-        commits = [[{"metaData": {"id": "j", "partitionColumns": ["record"]}}], [metric]]
-        if "processed" in case or "repartition" in case:
-            ledger_rows = _add("j1.parquet", 2, t=2, run_through_t=2)
-            ledger_rows["add"]["partitionValues"] = {"record": "ledger"}
-            commits.append([ledger_rows])
-        _write_log(journal, *commits)
-    reason = common.repartition_skip_reason(tmp_path, scheduled=scheduled)
+        warehouse = Warehouse(tmp_path / "absent")
+    elif case == "no plan":
+        warehouse = _warehouse(tmp_path)
+    elif case.startswith("plan"):
+        warehouse = _warehouse(tmp_path, plans=((0, 0),), state_plan=0)
+        if "no ledger" not in case:
+            _processed(warehouse, 0)
+        if "t=1..2" in case:
+            _processed(warehouse, 1, 2)
+        if "no journal" in case:
+            shutil.rmtree(warehouse.table_path("journal"))
+    else:  # a repartitioning at t = 2, switched to plan 1 unless interrupted
+        warehouse = _warehouse(tmp_path, plans=((0, 0), (1, 2)), state_plan=0 if "interrupted" in case else 1)
+        _processed(warehouse, 0)
+        _processed(warehouse, 1, 2)
+        if case.startswith("checkpoint"):
+            _checkpoint(warehouse, "partition_plans", "knn_state", "journal")
+        if "t=3" in case:
+            _processed(warehouse, 3)
+    reason = repartition_skip_reason(warehouse, scheduled=scheduled)
     if expected is None:
         assert reason is None
     else:
@@ -275,11 +292,11 @@ def test_check_plan_short_circuits_a_scheduled_run_with_nothing_to_do(dagbag, tm
     params = {"warehouse": str(tmp_path)}
     scheduled, manual = SimpleNamespace(run_type="scheduled"), SimpleNamespace(run_type="manual")
     assert check.python_callable(params=params, dag_run=scheduled) is False  # no plan yet
-    _write_log(tmp_path / "tables" / "partition_plans", [PLAN0])
-    _write_log(tmp_path / "tables" / "ledger", _ledger(0))
+    warehouse = _warehouse(tmp_path, plans=((0, 0),), state_plan=0)
+    _processed(warehouse, 0)
     assert check.python_callable(params=params, dag_run=scheduled) is False  # nothing processed since
     assert check.python_callable(params=params, dag_run=manual) is True
-    (tmp_path / "tables" / "ledger" / "_delta_log" / f"{1:020d}.json").write_text(json.dumps(_ledger(1)[0]) + "\n")
+    _processed(warehouse, 1)
     assert check.python_callable(params=params, dag_run=scheduled) is True
 
 
@@ -293,10 +310,6 @@ def test_microbatch_runs_spark_only_after_a_cheap_check(dagbag):
     assert check.outlets == [] and [a.name for a in job.outlets] == ["dkmsks://results"]
 
 
-def _landed(table: Path, *ts: int) -> None:
-    _write_log(table, [_add(f"{table.name}-{t}.parquet", 5, t=t, id=t) for t in ts])
-
-
 @pytest.mark.parametrize(
     ("case", "scheduled", "expected"),
     [
@@ -307,24 +320,27 @@ def _landed(table: Path, *ts: int) -> None:
                                                    "newest landed t = 3)"),
         ("plan, t=1..3 landed, 3 processed", False, None),
         ("plan, an event at t=4 landed, 3 processed", True, None),
-        ("plan, objects statistics missing", True, None),  # cannot tell: the job runs
-        ("plan, no ledger record yet", True, None),
+        ("plan, nothing landed, 0 processed", True, "(t = 0; newest landed t = none)"),
+        ("plan, no ledger record yet", True, None),  # the first run did not finish: the job decides
     ],
 )
-def test_microbatch_skip_reason_reads_the_delta_logs(common, tmp_path, case, scheduled, expected):
-    tables = tmp_path / "tables"
+def test_microbatch_skip_reason_reads_the_delta_logs(tmp_path, case, scheduled, expected):
+    from dkmsks.storage.progress import microbatch_skip_reason
+    from dkmsks.warehouse import Warehouse
+
     if case == "no warehouse":
-        tmp_path = tmp_path / "absent"
+        warehouse = Warehouse(tmp_path / "absent")
+    elif "nothing landed" in case:
+        warehouse = _warehouse(tmp_path, plans=((0, 0),), state_plan=0)
+        _processed(warehouse, 0)
     else:
-        _write_log(tables / "partition_plans", [PLAN0])
-        if "statistics missing" in case:
-            _write_log(tables / "objects", [_add("o.parquet", None)])
-        else:
-            _landed(tables / "objects", 0, 1, 2, 3)
-        _landed(tables / "subscription_events", *((0, 4) if "t=4" in case else (0, 2)))
+        warehouse = _warehouse(tmp_path, plans=((0, 0),), state_plan=0, objects=(0, 1, 2, 3),
+                               events=(0, 4) if "t=4" in case else (0, 2))
         if "no ledger" not in case:
-            _write_log(tables / "ledger", _ledger(0, *((1, 2, 3) if "3 processed" in case else ())))
-    reason = common.microbatch_skip_reason(tmp_path, scheduled=scheduled)
+            _processed(warehouse, 0)
+        if "3 processed" in case:
+            _processed(warehouse, 1, 2, 3)
+    reason = microbatch_skip_reason(warehouse, scheduled=scheduled)
     if expected is None:
         assert reason is None
     else:
@@ -337,14 +353,12 @@ def test_check_pending_skips_a_scheduled_run_on_an_up_to_date_warehouse(dagbag, 
     scheduled, manual = SimpleNamespace(run_type="scheduled"), SimpleNamespace(run_type="manual")
     assert check.python_callable(params=params, dag_run=scheduled) is False  # no plan yet
     assert check.python_callable(params=params, dag_run=manual) is True
-    _write_log(tmp_path / "tables" / "partition_plans", [PLAN0])
-    _landed(tmp_path / "tables" / "objects", 0, 1)
-    _landed(tmp_path / "tables" / "subscription_events", 0)
-    _write_log(tmp_path / "tables" / "ledger", _ledger(0, 1))
+    warehouse = _warehouse(tmp_path, plans=((0, 0),), state_plan=0, objects=(0, 1), events=(0,))
+    _processed(warehouse, 0)
+    _processed(warehouse, 1)
     assert check.python_callable(params=params, dag_run=scheduled) is False  # follow processed t = 1
     assert check.python_callable(params=params, dag_run=manual) is True
-    (tmp_path / "tables" / "objects" / "_delta_log" / f"{1:020d}.json").write_text(
-        json.dumps(_add("o2.parquet", 5, t=2, id=9)) + "\n")
+    _land(warehouse, "objects", 2)
     assert check.python_callable(params=params, dag_run=scheduled) is True  # t = 2 landed
 
 
@@ -575,15 +589,6 @@ def test_partition_runs_spark_only_after_a_cheap_check(dagbag):
     assert check.outlets == [] and [a.name for a in job.outlets] == ["dkmsks://plan"]
 
 
-def _journal(table: Path, *ledger_ts: int) -> None:
-    commits = [[{"metaData": {"id": "j", "partitionColumns": ["record"]}}]]
-    for t in ledger_ts:
-        row = _add(f"j{t}.parquet", 1, t=t)
-        row["add"]["partitionValues"] = {"record": "ledger"}
-        commits.append([row])
-    _write_log(table, *commits)
-
-
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
@@ -591,33 +596,29 @@ def _journal(table: Path, *ledger_ts: int) -> None:
         ("journal, no ledger record yet", None),  # an interrupted first run: the job redoes it
         ("journal, first ledger record", "is done (ledger through t = 0)"),
         ("journal, t=1..3 processed", "is done (ledger through t = 3)"),
-        ("ledger table (earlier layout)", "is done (ledger through t = 0)"),
-        ("statistics missing", None),  # cannot tell: the job runs and --if-absent decides
     ],
 )
-def test_partition_skip_reason_reads_the_delta_logs(common, tmp_path, case, expected):
-    tables = tmp_path / "tables"
-    if case == "journal, no ledger record yet":
-        _journal(tables / "journal")
-    elif case == "journal, first ledger record":
-        _journal(tables / "journal", 0)
-    elif case == "journal, t=1..3 processed":
-        _journal(tables / "journal", 0, 1, 2, 3)
-    elif case == "ledger table (earlier layout)":
-        _write_log(tables / "ledger", _ledger(0))
-    elif case == "statistics missing":
-        _write_log(tables / "ledger", [_add("l0.parquet", None)])
-    reason = common.partition_skip_reason(tmp_path)
+def test_partition_skip_reason_reads_the_delta_logs(tmp_path, case, expected):
+    from dkmsks.storage.progress import partition_done, partition_skip_reason
+    from dkmsks.warehouse import Warehouse
+
+    warehouse = Warehouse(tmp_path / "absent") if case == "no warehouse" else _warehouse(tmp_path, plans=((0, 0),))
+    if case in ("journal, first ledger record", "journal, t=1..3 processed"):
+        _processed(warehouse, 0)
+    if case == "journal, t=1..3 processed":
+        _processed(warehouse, 1, 2, 3)
+    reason = partition_skip_reason(warehouse)
+    assert partition_done(warehouse) is (reason is not None)
     if expected is None:
         assert reason is None
     else:
-        assert reason is not None and expected in reason and str(tmp_path) in reason
+        assert reason is not None and expected in reason and str(warehouse.root) in reason
 
 
 def test_check_partition_reads_the_warehouse_of_the_triggering_events(dagbag, tmp_path):
     check = dagbag.dags["dkmsks_partition"].get_task("check_partition")
     done, fresh = tmp_path / "done", tmp_path / "fresh"
-    _journal(done / "tables" / "journal", 0)
+    _processed(_warehouse(done, plans=((0, 0),)), 0)
     assert check.python_callable(params={"warehouse": str(fresh)}, triggering_asset_events={}) is True
     assert check.python_callable(params={"warehouse": str(done)}, triggering_asset_events={}) is False
     # An asset-triggered run checks the warehouse its event names, not the Param's.

@@ -6,7 +6,7 @@ Drives Debian's ``/usr/bin/chromium`` with Playwright (never a downloaded browse
 fixture in ``conftest.py``). The form sets ``method=sop``, ``workers=3``, ``theta=4`` and a
 warehouse of the test's own, where O_init was ingested beforehand by ``spark_apps/ingest.py``,
 so the triggered run really partitions with those values; the test then reads the new plan from
-the Delta log.
+the Delta log (delta-rs).
 
 Screenshots go to ``$DKMSKS_SCREENSHOTS`` (the README's are made with
 ``DKMSKS_SCREENSHOTS=docs/img scripts/test.sh tests/e2e/test_airflow_ui.py``), else to the
@@ -15,8 +15,6 @@ test's temporary folder.
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +26,10 @@ import pytest
 from conftest import REPO, missing_prerequisite, real_objects
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 from dkmsks.io.writers import write_events, write_objects
+from dkmsks.storage import tables
+from dkmsks.storage.lake import Lake
+from dkmsks.storage.progress import repartition_skip_reason
+from dkmsks.warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +59,6 @@ FORM = {"method": "sop", "workers": 3, "theta": 4}  # defaults: dkm, 20, 20
 def start_ingest(tmp_path: Path, warehouse: Path) -> subprocess.Popen:
     """O_init into the test's own warehouse with spark-submit, outside Airflow (no asset event)."""
     from dkmsks.spark.session import spark_submit_conf_args
-    from dkmsks.warehouse import Warehouse
 
     source, vocab = real_objects(SPEC.objects_needed)
     objects, events = generate_workload(source, SPEC)
@@ -70,28 +71,6 @@ def start_ingest(tmp_path: Path, warehouse: Path) -> subprocess.Popen:
            "--objects", str(tmp_path / "objects.tsv.gz"), "--events", str(tmp_path / "events.tsv.gz"),
            "--run-id", "ui-test"]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def plans_in_log(warehouse: Path) -> list[dict]:
-    """The rows of ``partition_plans`` as the Delta log's file statistics state them (one row a file)."""
-    plans = []
-    for commit in sorted((warehouse / "tables" / "partition_plans" / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            add = json.loads(line).get("add")
-            if add and add.get("stats"):
-                stats = json.loads(add["stats"])
-                if stats["numRecords"] == 1:
-                    plans.append(stats["minValues"])
-    return plans
-
-
-def load_dag_module(name: str):
-    """A module of ``dags/``, imported as Airflow's DAG processor imports it (dags folder on sys.path)."""
-    sys.path.insert(0, str(REPO / "dags"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "dags"))
 
 
 def shot(page, folder: Path, name: str) -> Path:
@@ -167,14 +146,14 @@ def test_trigger_partition_from_the_ui_with_non_default_params(airflow, tmp_path
             ingest.kill()
             ingest.wait()
 
-    # The run partitioned with the form's values.
-    plans = plans_in_log(warehouse)
+    # The run partitioned with the form's values (read from the Delta log with delta-rs).
+    lake = Lake.of(Warehouse(warehouse))
+    plans = lake.read(tables.PLANS, columns=["plan_version", "method", "workers"]).to_pylist()
     assert [(p["plan_version"], p["method"], p["workers"]) for p in plans] == [(0, "sop", 3)]
-    # The repartition DAG's Spark-free check reads this real Delta log the same way: a plan,
+    # The repartition DAG's Spark-free check reads this real warehouse the same way: a plan,
     # nothing processed after it, so a scheduled repartitioning would be skipped.
-    common = load_dag_module("dkmsks_common")
-    assert "last processed t = 0" in common.repartition_skip_reason(warehouse, scheduled=True)
-    assert common.repartition_skip_reason(warehouse, scheduled=False) is None
+    assert "last processed t = 0" in repartition_skip_reason(Warehouse(warehouse), scheduled=True)
+    assert repartition_skip_reason(Warehouse(warehouse), scheduled=False) is None
     # The plan's asset event names the form's warehouse and starts a micro-batch there; let it
     # finish so that stopping Airflow never interrupts a Spark job.
     assert api.asset_events("dkmsks_partition")[-1]["extra"] == {"warehouse": str(warehouse)}

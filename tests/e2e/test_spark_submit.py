@@ -51,7 +51,7 @@ def test_ingest_partition_microbatch_through_spark_submit_equal_the_oracle(tmp_p
     out = submit("microbatch.py", warehouse, "--run-id", "e2e")
     assert "processed t=1..3" in out
 
-    # A separate process, as a user would run it (and the embedded metastore admits one JVM).
+    # `dkm export` in a process of its own, as a user would run it (delta-rs: no JVM).
     dkm = Path(sys.executable).with_name("dkm")
     done = subprocess.run([str(dkm), "export", "--warehouse", str(warehouse), "--out", str(tmp_path / "spark.jsonl")],
                           capture_output=True, text=True, timeout=300,

@@ -59,8 +59,8 @@ def prepared(tmp_path_factory) -> Prepared:
     source = require_real_data()
     reuse = os.environ.get("DKMSKS_RELIABILITY_PREPARED")
     if reuse and (Path(reuse) / "prepared.json").exists():
-        # Its snapshot restores to one fixed path (the metastore holds absolute locations), so
-        # two xdist workers (scripts/test.sh runs two) would restore over each other.
+        # Its snapshot restores to one fixed path (Prepared.warehouse), so two xdist workers
+        # (scripts/test.sh runs two) would restore over each other.
         if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
             raise pytest.UsageError("DKMSKS_RELIABILITY_PREPARED needs one test process: add -n 0")
         # A folder an earlier session prepared (same workload constants): skips ingest + partition.

@@ -8,9 +8,9 @@ lock file (``locks/default.lock``, rewritten with its holder when a run takes it
 Python worker processes and its output lines, each stamped with the time the monitor first
 saw it.
 
-A warehouse cannot be copied to another path: the Derby metastore records each table's
-absolute location. So a prepared warehouse is *snapshotted* and *restored to the same path*
-for the next trial (:func:`snapshot`, :func:`restore`).
+A prepared warehouse is *snapshotted* (its folder copied) and *restored* for the next trial
+(:func:`snapshot`, :func:`restore`); the Delta logs hold relative paths and sessions register
+the tables by path, so a copy works wherever it is put.
 
 Also runnable as a script (one JVM for several entry points)::
 

@@ -115,7 +115,8 @@ def test_spark_reader_equals_numpy_reader_on_real_data(spark, tmp_path):
     assert rejected.count() == 0
     assert [r.id for r in rows] == ref.ids.tolist()
     assert [r.x for r in rows] == ref.x.tolist() and [r.y for r in rows] == ref.y.tolist()
-    assert [sorted(vocab.id_of(w) for w in r.keywords) for r in rows] == ref.keywords.to_lists()
+    assert [sorted(vocab.id_of(w) for w in r.keywords) for r in rows] == [ref.keywords.row(i).tolist()
+                                                                           for i in range(len(ref))]
 
 
 def test_ingest_merges_into_delta_idempotently_and_sql_reads_it(spark, tmp_path, fresh_db):

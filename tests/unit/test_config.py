@@ -23,7 +23,7 @@ def test_defaults_are_the_papers_and_the_projects():
     ({"workers": 2.5}, "workers must be an integer, got 2.5"),
     ({"theta": "x"}, "theta must be an integer, got 'x'"),
     ({"gamma2": -1}, "gamma2 must be at least 0, got -1"),
-    ({"grid": 1 << 21}, "grid must be at most 1048576"),
+    ({"grid": 32769}, "grid must be at most 32768"),
     ({"method": "grid"}, "method must be one of kop, sop, dkm, ps2, got 'grid'"),
     ({"new_cost": "guess"}, "new_cost must be one of live, paper, got 'guess'"),
     ({"workers": True}, "workers must be a number, got True"),

@@ -273,7 +273,8 @@ def test_objects_and_events_round_trip_through_the_writers(tmp_path):
     assert again.rejections == []
     for col in ("op", "ids", "k", "t"):
         assert np.array_equal(getattr(again.events, col), getattr(load.events, col))
-    assert again.events.keywords.to_lists() == load.events.keywords.to_lists()
+    for part in ("ptr", "ids"):
+        assert np.array_equal(getattr(again.events.keywords, part), getattr(load.events.keywords, part))
 
     objects = Objects.build([5, 6], [0.1, 1 / 3], [2.0, -7.25], [[vocab.id_of("cafe")], [0, 1]], [0, 4])
     write_objects(tmp_path / "o.tsv", objects, vocab)

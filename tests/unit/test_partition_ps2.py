@@ -44,9 +44,14 @@ def run(objects, subs=(), *, m: int = 1, theta: int = 2, **kw) -> PartitionPlan:
     return ps2_partition(o, r2, s, space, m=m, theta=theta, **kw)
 
 
+def terms_of(ss, j: int) -> np.ndarray | None:
+    """The term set of subset ``j``: its keyword ids, or ``None`` for ALL."""
+    return None if ss.all_terms[j] else ss.terms[ss.terms_ptr[j]:ss.terms_ptr[j + 1]]
+
+
 def leaf_terms(plan: PartitionPlan) -> list[list[int] | None]:
     ss = plan.subsets
-    return [None if t is None else t.tolist() for t in (ss.terms_of(j) for j in range(len(ss)))]
+    return [None if t is None else t.tolist() for t in (terms_of(ss, j) for j in range(len(ss)))]
 
 
 # ---------------------------------------------------------------------------- the split rule
@@ -287,7 +292,7 @@ def test_plan_invariants(seed: int, m: int, theta: int) -> None:
     # L(p) by definition; every leaf is non-empty and no heavier than the root.
     root = len(objects) + n
     for j in range(len(ss)):
-        assert ss.weight[j] == brute_load(objects, subs, r2, ss.region[j], ss.terms_of(j))
+        assert ss.weight[j] == brute_load(objects, subs, r2, ss.region[j], terms_of(ss, j))
         assert 0 < ss.weight[j] <= root
     # Home: holds the centre, shares a term, and is the best such leaf (largest overlap, then
     # lowest id), found by a scan over all leaves.
@@ -298,7 +303,7 @@ def test_plan_invariants(seed: int, m: int, theta: int) -> None:
             x0, y0, x1, y1 = ss.region[j]
             if not (x0 <= subs.x[i] < x1 and y0 <= subs.y[i] < y1):
                 continue
-            t = ss.terms_of(j)
+            t = terms_of(ss, j)
             ov = len(psi) if t is None else len(psi & set(t.tolist()))
             if ov and (best is None or ov > best[0]):
                 best = (ov, j)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dkmsks.core.model import KeywordSets, Objects
-from dkmsks.core.stats import ObjectStatistics, keyword_probability
+from dkmsks.core.stats import ObjectStatistics
 
 pytestmark = pytest.mark.unit
 
@@ -112,14 +112,13 @@ def test_keyword_rect_counts_on_duplicated_grid(rng: np.random.Generator, n: int
     np.testing.assert_array_equal(stats.count_keyword_in_rects(kw, *q), expected)
 
 
-def test_keyword_counts_and_probability(rng: np.random.Generator) -> None:
+def test_keyword_counts(rng: np.random.Generator) -> None:
     objects = synthetic(rng, 500, 5)
     stats = ObjectStatistics.build(objects, 7)
     kw = np.array([0, 1, 2, 3, 4, 5, 6, 7, 100, -1])
     member = membership(objects, 7)
     expected = np.concatenate([member.sum(axis=1), [0, 0, 0]])
     np.testing.assert_array_equal(stats.keyword_counts(kw), expected)
-    np.testing.assert_array_equal(keyword_probability(stats, kw), expected / 500)
     assert stats.keyword_counts(3).tolist() == [member[3].sum()]
 
 
@@ -160,7 +159,6 @@ def test_empty_object_set() -> None:
     assert stats.count_in_rects([0.0], [0.0], [1.0], [1.0]).tolist() == [0]
     assert stats.count_keyword_in_rects([1], [0.0], [0.0], [1.0], [1.0]).tolist() == [0]
     assert stats.keyword_counts([0, 3, 9]).tolist() == [0, 0, 0]
-    assert keyword_probability(stats, [0]).tolist() == [0.0]
 
 
 @pytest.mark.realdata

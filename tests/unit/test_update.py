@@ -365,28 +365,33 @@ def test_merge_matches_full_sort_on_random_input(rng: np.random.Generator) -> No
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_changed_arrays_are_exactly_the_changed_results(method: str) -> None:
+def test_each_steps_updated_rows_are_exactly_the_changed_results(method: str) -> None:
+    """What a worker task writes as a timestamp's ``update`` changes: the rows of
+    ``step.stats.updated_rows``, read right after the step (:mod:`dkmsks.spark.bridge`)."""
     objects, events = adversarial_case(23, timestamps=4)
     worker = initial_worker(method, objects, events, grid=3)
+    state = worker.state
     for t in range(1, 5):
         before = oracle_results(objects, events, t - 1)
-        apply_events(worker, events, t, in_batch=False)
-        stats = worker.process(objects.take(np.flatnonzero(objects.t == t)))
-        changed = worker.changed_arrays(stats)
+        apply_events(worker, events, t, in_batch=True)
+        got: dict[int, list[int]] = {}
+        for step in worker.process_stepwise(objects.take(np.flatnonzero(objects.t == t)), through=t):
+            assert step.t == t
+            for row in step.stats.updated_rows.tolist():
+                n = int((state.ids[row] >= 0).sum())
+                got[int(state.sub_id[row])] = state.ids[row, :n].tolist()
+            assert len(got) == step.stats.updated_rows.shape[0]  # each row once
         after = oracle_results(objects, events, t)
         live_now = live_subscriptions(events, t)
         new_at_t = set(live_now.ids[live_now.t == t].tolist())  # incl. re-registered ids
-        expected = sorted(
+        expected = {
             sid for sid, r in after.items()
             if sid not in new_at_t and not np.array_equal(before[sid].object_ids, r.object_ids)
-        )
-        got = changed.sub_ids.tolist()
-        # Every old subscription whose result changed is exported, and only changed or new ones.
-        assert set(expected) <= set(got) <= set(expected) | new_at_t
-        assert got == sorted(got)
-        for i, sid in enumerate(got):
-            n = int((changed.ids[i] >= 0).sum())
-            assert changed.ids[i, :n].tolist() == after[sid].object_ids.tolist()
+        }
+        # Every old subscription whose result changed is written, and only changed or new ones.
+        assert expected <= set(got) <= expected | new_at_t
+        for sid, ids in got.items():
+            assert ids == after[sid].object_ids.tolist()
 
 
 def _results_live_at(state: KnnState, t: int) -> Results:

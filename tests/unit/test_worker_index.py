@@ -240,6 +240,16 @@ def test_every_index_and_grid_equals_oracle(method: str, grid: int, variant: str
         )
 
 
+def test_the_finest_grid_the_configuration_takes_is_one_the_index_takes() -> None:
+    from dkmsks.core.config import PARAMETERS
+
+    finest = next(p for p in PARAMETERS if p.name == "grid").maximum
+    assert isinstance(make_index("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=finest), GridIndex)
+    # What a core caller passing a finer grid reads: the parameter, not a command-line flag.
+    with pytest.raises(ValueError, match=r"grid 40133 is too fine for 32-bit cell ids: grid must be at most 32768"):
+        make_index("dkm", Rect(0.0, 0.0, 1.0, 1.0), grid=40133)
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("case", ["colocated", "same_keywords", "tiny_budget"])
 def test_degenerate_inputs(method: str, case: str) -> None:
@@ -335,7 +345,8 @@ def test_grid_pyramid_levels() -> None:
     cells, counts = np.unique(index.postings.keys >> 32, return_counts=True)
     posted = dict(zip(cells.tolist(), counts.tolist(), strict=True))
     assert posted.pop(5 * 10 + 5) == 1  # level 0, fine cell (5, 5)
-    assert posted.pop(index.wide_cell) == 1  # the infinite ball
+    top_cell = 10 * 10 + 5 * 5 + 3 * 3 + 2 * 2  # after the cells of levels 0 to 3
+    assert posted.pop(top_cell) == 1  # the infinite ball, in the top cell (the whole plane)
     # r = 4.3 spans 10x10 fine cells, 5x5 at level 1, 3x3 at level 2: posted there, 9 cells.
     level2 = 10 * 10 + 5 * 5  # cells of levels 0 and 1 come first
     assert sorted(posted) == [level2 + c for c in range(9)]

@@ -48,13 +48,13 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     records, expected, seq = WorkerRecords(WORKER), [], 0
     for t in (3, 4, 6):
         gone = rng.choice(10_000, int(rng.integers(0, 4)), replace=False).astype(np.int64)
-        records.changes(t, "delete", gone)
+        records.changes_of([(t, "delete", gone, None)])
         for sid in gone.tolist():
             seq += 1
             expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="delete"))
 
         new = rng.choice(10_000, int(rng.integers(0, 3)), replace=False).astype(np.int64)
-        records.changes(t, "insert", new, results=no_results(new.shape[0]))
+        records.changes_of([(t, "insert", new, no_results(new.shape[0]))])
         for sid in new.tolist():
             seq += 1
             expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="insert",
@@ -64,14 +64,15 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
         changed = rng.choice(10_000, n, replace=False).astype(np.int64)
         k = rng.integers(1, 5, n).astype(np.int32)
         ids, d2 = _matrix(rng, n, 5, k)
-        records.changes(t, "update", changed, results=(k, ids, d2))
+        records.changes_of([(t, "update", changed, (k, ids, d2))])
         for i, sid in enumerate(changed.tolist()):
             seq += 1
             expected.append(_row(record="change", t=t, seq=seq, worker=WORKER, sub_id=sid, change="update",
                                  object_ids=_kept(ids[i], ids[i], k[i]), d2=_kept(ids[i], d2[i], k[i])))
 
-        records.metric(t, subscriptions=40 + t, pairs_tested=7 * t, pairs_in_ball=t, results_changed=n,
-                       knn_ms=0.5 * t, insert_ms=0.25, delete_ms=0.125)
+        records.metrics(np.array([t]), subscriptions=np.array([40 + t]), pairs_tested=np.array([7 * t]),
+                        pairs_in_ball=np.array([t]), results_changed=np.array([n]), knn_ms=np.array([0.5 * t]),
+                        insert_ms=np.array([0.25]), delete_ms=np.array([0.125]))
         expected.append(_row(record="metric", t=t, worker=WORKER, subscriptions=40 + t, pairs_tested=7 * t,
                              pairs_in_ball=t, results_changed=n, knn_ms=0.5 * t, insert_ms=0.25, delete_ms=0.125))
 
@@ -121,9 +122,9 @@ def test_no_records_is_an_empty_table_of_the_schema():
 
 def test_a_string_column_has_nulls_where_no_piece_is_and_each_pieces_word():
     records = WorkerRecords(WORKER)
-    records.metric(2, subscriptions=1)
+    records.metrics(np.array([2]), subscriptions=np.array([1]))
     records.finals_delete(np.array([5, 6], np.int64), np.array([2, 2], np.int64), np.array([1, 2], np.int64))
-    records.metric(3, subscriptions=1)
+    records.metrics(np.array([3]), subscriptions=np.array([1]))
     _, others = records.tables()
     assert others.column("record").to_pylist() == ["metric", "final", "final", "metric"]
     assert others.column("change").to_pylist() == [None, "delete", "delete", None]
@@ -156,8 +157,8 @@ if sys.argv[1] == "warm":
     warm_arrow()
 before = set(sys.modules)
 out = WorkerRecords(3)
-out.changes(5, "insert", np.array([11, 12]), results=no_results(2))
-out.metric(5, subscriptions=2, pairs_tested=0)
+out.changes_of([(5, "insert", np.array([11, 12]), no_results(2))])
+out.metrics(np.array([5]), subscriptions=np.array([2]), pairs_tested=np.array([0]))
 out.table()
 print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "pandas")))
 """
@@ -182,10 +183,10 @@ def test_warm_arrow_leaves_the_first_records_no_import(warm: bool) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
-    """changes_of and metrics (a probe group's records at once, WorkerSession._apply) give the
-    rows and seq of changes and metric called one at a time, which the test above checks
-    against rows written out by hand: kinds with and without results, results of different
-    widths, and empty calls among them."""
+    """changes_of and metrics with a probe group's records at once (WorkerSession._apply) give
+    the rows and seq of the same calls made one at a time, which the test above checks against
+    rows written out by hand: kinds with and without results, results of different widths, and
+    empty calls among them."""
     rng = np.random.default_rng(seed)
     calls = []
     for t in (5, 6, 8):
@@ -203,14 +204,14 @@ def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
                "delete_ms": np.array([0.0, 0.125, 0.5])}
 
     one_by_one, at_once = WorkerRecords(WORKER), WorkerRecords(WORKER)
-    one_by_one.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
-                                                                      np.array([[4]], np.int64), np.array([[0.5]])))
-    at_once.changes(2, "update", np.array([1], np.int64), results=(np.array([1], np.int32),
-                                                                   np.array([[4]], np.int64), np.array([[0.5]])))
-    for t, change, sub_ids, results in calls:
-        one_by_one.changes(t, change, sub_ids, results=results)
+    earlier = (2, "update", np.array([1], np.int64), (np.array([1], np.int32), np.array([[4]], np.int64),
+                                                       np.array([[0.5]])))
+    one_by_one.changes_of([earlier])
+    at_once.changes_of([earlier])
+    for call in calls:
+        one_by_one.changes_of([call])
     for i, t in enumerate((5, 6, 8)):
-        one_by_one.metric(t, **{name: values[i].item() for name, values in metrics.items()})
+        one_by_one.metrics(np.array([t]), **{name: values[i:i + 1] for name, values in metrics.items()})
     at_once.changes_of(calls)
     at_once.metrics(np.array([5, 6, 8], np.int64), **metrics)
 

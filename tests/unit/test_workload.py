@@ -80,7 +80,7 @@ def test_same_seed_same_workload_other_seed_differs(generated):
 
 def test_too_small_source_and_bad_spec_are_refused_with_a_fix(generated):
     source, _, _ = generated
-    with pytest.raises(ValueError, match="lower --o-init"):
+    with pytest.raises(ValueError, match="lower o_init, timestamps or objects_per_ts"):
         generate_workload(source.take(np.arange(100)), SPEC)
     with pytest.raises(ValueError, match="k_max"):
         WorkloadSpec(o_init=1, subscriptions=1, timestamps=1, k_max=0)

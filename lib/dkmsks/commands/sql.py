@@ -12,11 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "sql",
         help="query the kNN results and metrics with Spark SQL",
-        description=("Runs one Spark SQL statement in the warehouse's metastore and prints the "
-                     "rows. Tables: objects, subscription_events, knn_state (compacted snapshot), journal, "
-                     "quarantine, partition_plans, partition_subsets, keyword_stats, run_metrics. "
-                     "Views: knn_current, knn_results, result_stream, result_changes, ledger, "
-                     "worker_metrics, worker_loads, timestamp_metrics."),
+        description=("Runs one Spark SQL statement over the warehouse's tables and views (registered "
+                     "by path in the session) and prints the rows. Tables: objects, subscription_events, "
+                     "knn_state (compacted snapshot), journal, quarantine, partition_plans, partition_subsets, "
+                     "keyword_stats, run_metrics. Views: knn_current, knn_results, result_stream, "
+                     "result_changes, ledger, worker_metrics, worker_loads, timestamp_metrics."),
     )
     add_warehouse(p)
     p.add_argument("statement", help="the SQL statement, e.g. \"SELECT * FROM knn_results WHERE sub_id = 7\"")

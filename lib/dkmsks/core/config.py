@@ -156,8 +156,9 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("gamma1", int, 100_000, "DkM-SKS: Algorithm 2 targets gamma1 * m subsets", minimum=1),
     Parameter("gamma2", int, 20, "DkM-SKS: subsets of at most gamma2 subscriptions also try Hybrid-Partition",
               minimum=0),
+    # At most 32768: the worker index numbers its cells in 32 bits (dkmsks.core.worker_index.GridIndex).
     Parameter("grid", int, 16384, "DkM-SKS worker grid: G x G finest cells, plus coarser levels",
-              minimum=1, maximum=1 << 20),
+              minimum=1, maximum=32768),
     Parameter("t0", int, 0, "end of the initial phase T0: objects and insertions with t <= T0 are O_init and S"),
     Parameter("new_cost", NewCost, NewCost.LIVE,
               "cost of a new subscription: over its actual ball, re-estimated as it shrinks (live), "

@@ -128,10 +128,6 @@ class KeywordSets:
         np.cumsum(lengths, out=ptr[1:])
         return KeywordSets(ptr, np.concatenate([p.ids for p in parts]).astype(np.int32))
 
-    def to_lists(self) -> list[list[int]]:
-        """Every row as a list of keyword ids."""
-        return [self.row(i).tolist() for i in range(len(self))]
-
 
 @dataclass(frozen=True)
 class Objects:

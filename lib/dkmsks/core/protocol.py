@@ -14,7 +14,7 @@ The work splits between the main server and the workers (docs/design.md §4):
 3. the workers update the exact kNN of their subscriptions with the new objects
    (:class:`~dkmsks.core.update.Worker`);
 4. under ``new_cost = live`` the main server re-costs the new subscriptions whose balls shrank,
-   from the squared radii the workers report (:func:`ball_radius2`).
+   from the squared radii the workers report (:func:`ragged_ball_radius2`).
 
 :class:`~dkmsks.core.engine.Engine` runs the four steps in one process;
 :mod:`dkmsks.spark.main_server` runs 1 and 4 on the driver and :mod:`dkmsks.spark.bridge` runs
@@ -34,7 +34,7 @@ from dkmsks.core.model import Float64Array, Int32Array, Int64Array, Subscription
 
 __all__ = ["RoutedDeletions", "RoutedInsertions", "RoutedTimestamp", "route_deletions", "route_insertions",
            "route_timestamp", "remove_deletions", "add_insertions", "deletions_by_worker",
-           "insertions_by_worker", "ball_radius2", "ragged_ball_radius2"]
+           "insertions_by_worker", "ragged_ball_radius2"]
 
 
 @dataclass(frozen=True)
@@ -188,23 +188,10 @@ def insertions_by_worker(routed: RoutedInsertions) -> tuple[Subscriptions, list[
     return routed.subs.take(order), spans
 
 
-def ball_radius2(d2: Float64Array, k: npt.ArrayLike) -> Float64Array:
-    """Squared ball radius of each row of a kNN matrix: ``d2[i, k_i - 1]`` (docs/design.md §1).
-
-    Rows are padded with ``inf``, so a row with fewer than ``k`` results gives ``inf``; a
-    matrix narrower than ``k`` also means "not full".
-    """
-    k = np.asarray(k, dtype=np.int64)
-    out = np.full(k.shape[0], np.inf)
-    fits = (k >= 1) & (k <= d2.shape[1])
-    rows = np.flatnonzero(fits)
-    out[rows] = d2[rows, k[rows] - 1]
-    return out
-
-
 def ragged_ball_radius2(offsets: Int64Array, values: Float64Array, k: npt.ArrayLike) -> Float64Array:
-    """:func:`ball_radius2` of ragged rows (row ``i`` is ``values[offsets[i]:offsets[i+1]]``,
-    sorted ascending, at most ``k_i`` long), as Arrow list columns hold them."""
+    """Squared ball radius of each ragged row (row ``i`` is ``values[offsets[i]:offsets[i+1]]``,
+    sorted ascending, at most ``k_i`` long, as Arrow list columns hold the results): its
+    ``k_i``-th value, ``inf`` while the row holds fewer than ``k_i`` (docs/design.md §1)."""
     k = np.asarray(k, dtype=np.int64)
     lengths = np.diff(offsets)
     full = (lengths >= k) & (k >= 1)

@@ -524,8 +524,3 @@ class ObjectStatistics:
         counts = self.count_keyword_in_rects(kw, xmin[owner], ymin[owner], xmax[owner], ymax[owner])
         # bincount with float weights is exact here: every sum is far below 2**53.
         return np.bincount(owner, weights=counts, minlength=n).astype(np.int64)
-
-
-def keyword_probability(stats: ObjectStatistics, kw: npt.ArrayLike) -> Float64Array:
-    """``P(λ) = |O_λ| / |O_init|`` (Eq. 1)."""
-    return np.asarray(stats.keyword_counts(kw), dtype=np.float64) / max(stats.n_objects, 1)

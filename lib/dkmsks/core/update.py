@@ -438,11 +438,6 @@ class Worker:
         """The worker's state as arrays (index is rebuilt from it by :meth:`from_arrays`)."""
         return self.state.to_arrays()
 
-    def changed_arrays(self, stats: UpdateStats) -> StateArrays:
-        """State of the live subscriptions whose result the batch of ``stats`` changed (what a
-        job must write back; every other subscription's state is unchanged)."""
-        return self.state.to_arrays(stats.updated_rows)
-
     @classmethod
     def from_arrays(
         cls,

@@ -567,7 +567,7 @@ class GridIndex(_PostingsIndex):
         sides = np.array([((self.G - 1) >> lv) + 1 for lv in range(self.top + 1)], dtype=np.int64)
         self._offset = np.concatenate([[0], np.cumsum(sides * sides)]).astype(np.int64)
         if self._offset[-1] >= 1 << (_KW_BITS - 1):
-            raise ValueError(f"grid {grid} is too fine for 32-bit cell ids; use --grid <= 32768")
+            raise ValueError(f"grid {grid} is too fine for 32-bit cell ids: grid must be at most 32768")
         #: Ids ``[outside_base, 2^32)`` are the hashed cells outside the data space.
         self.outside_base = int(self._offset[-1])
         self.level_step = int(level_step)
@@ -589,11 +589,6 @@ class GridIndex(_PostingsIndex):
         # Slack added to cell rectangles in the circle test (covers rounding in cell lookup).
         self._mx = 1e-6 * self.cw + 1e-12 * (abs(space.xmin) + abs(space.xmax))
         self._my = 1e-6 * self.ch + 1e-12 * (abs(space.ymin) + abs(space.ymax))
-
-    @property
-    def wide_cell(self) -> int:
-        """Key prefix of the top cell (the whole plane)."""
-        return int(self._offset[self.top])
 
     def _ensure(self, n: int) -> None:
         super()._ensure(n)

@@ -117,7 +117,7 @@ def generate_workload(source: Objects, spec: WorkloadSpec) -> tuple[Objects, Sub
         raise ValueError(
             f"the source has {len(source)} objects but the workload needs {spec.objects_needed} "
             f"(o_init {spec.o_init} + {spec.timestamps} timestamps x {spec.objects_per_ts}); "
-            "lower --o-init, --timestamps or --objects-per-ts"
+            "lower o_init, timestamps or objects_per_ts"
         )
     rng = np.random.default_rng(spec.seed)
     objects = source.take(np.arange(spec.objects_needed))

@@ -54,11 +54,6 @@ class PartitionReport:
     phases_ms: dict[str, float] = field(default_factory=dict)
 
 
-def partition_done(warehouse: Warehouse) -> bool:
-    """Whether the initial partitioning completed (its ledger record is in the journal)."""
-    return last_processed(Lake.of(warehouse)) is not None
-
-
 def run_partition(spark: SparkSession, warehouse: Warehouse, config: PartitionConfig, *, run_id: str,
                   knn_partitions: int = 4) -> PartitionReport:
     """Initial partitioning (paper §3–§4) after O_init; refuses once a first run completed."""

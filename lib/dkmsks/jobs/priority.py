@@ -61,17 +61,3 @@ def raise_cpu_priority(nice: int, autogroup: Path = AUTOGROUP) -> str:
                  " readers on this machine share the CPU with follow mode equally)")
     return line
 
-
-def autogroup_nice(pid: int | str = "self", proc: Path = Path("/proc")) -> int | None:
-    """The autogroup nice of process ``pid``'s session, or None where it has no autogroup.
-
-    None where the kernel has no autogroup scheduling, and also for a process of a session
-    older than autogroup itself (the init process's, where a container's processes or CI's
-    runner may live): the kernel then prints nothing, the session shares the root group.
-    """
-    try:
-        text = (proc / str(pid) / "autogroup").read_text()
-    except OSError:
-        return None
-    _, found, nice = text.rpartition("nice")
-    return int(nice) if found else None

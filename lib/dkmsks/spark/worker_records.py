@@ -139,22 +139,13 @@ class WorkerRecords:
         self._seq: list[np.ndarray] = []
         self._del: list[np.ndarray] = []
 
-    @property
-    def rows(self) -> int:
-        """How many records so far."""
-        return self._changes.rows + self._others.rows
-
-    def changes(self, t: int, change: str, sub_ids: np.ndarray,
-                results: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-        """One ``change`` record per id of ``sub_ids`` at ``t``, numbered on from the last
-        ``seq``; ``results`` (``(k, ids, d2)``, kNN matrices) their results, none for a deletion."""
-        self.changes_of([(t, change, np.asarray(sub_ids), results)])
-
     def changes_of(self, calls: Sequence[tuple[int, str, np.ndarray,
                                               tuple[np.ndarray, np.ndarray, np.ndarray] | None]]) -> None:
-        """The records of :meth:`changes` called with each of ``calls`` (``(t, change, sub_ids,
-        results)``) in turn, made in one go: the same rows and ``seq`` (a probe group's changes,
-        three calls per timestamp, as one piece per column)."""
+        """For each of ``calls`` (``(t, change, sub_ids, results)``) in turn, one ``change``
+        record per id of ``sub_ids`` at ``t``, numbered on from the last ``seq``; ``results``
+        (``(k, ids, d2)``, kNN matrices) their results, ``None`` for a deletion. Made in one go
+        (a probe group's changes, three calls per timestamp, as one piece per column): the rows
+        and ``seq`` of the calls made one at a time."""
         calls = [c for c in calls if c[2].shape[0]]
         if not calls:
             return
@@ -185,12 +176,9 @@ class WorkerRecords:
         self._seq.append(seq)
         self._del.append(change == "delete")
 
-    def metric(self, t: int, **values: Any) -> None:
-        """One metric record of timestamp ``t`` (``values``: its :data:`METRIC_COLUMNS`)."""
-        self._others.part(1, {"record": "metric", "t": t, "worker": self.worker_id, **values})
-
     def metrics(self, t: np.ndarray, **values: np.ndarray) -> None:
-        """One metric record per entry of ``t``, each with its entry of ``values``' arrays."""
+        """One metric record per entry of ``t``, each with its entry of ``values``' arrays (the
+        :data:`METRIC_COLUMNS`)."""
         self._others.part(int(t.shape[0]), {"record": "metric", "t": t, "worker": self.worker_id, **values})
 
     def last_changes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

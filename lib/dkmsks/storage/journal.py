@@ -16,7 +16,7 @@ milliseconds, where a Spark job costs seconds of scheduling on two cores.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,6 @@ from dkmsks.storage import driver_data, tables
 from dkmsks.storage.lake import Lake
 
 if TYPE_CHECKING:
-    from dkmsks.spark.main_server import RoutedBatch
     from dkmsks.storage.journal_files import JournalFile
 
 #: The Delta application id of journal commits (its txnVersion is the last timestamp committed).
@@ -50,6 +49,13 @@ def pending_timestamps(lake: Lake, after: int | None, until: int | None = None) 
     return driver_data.pending_timestamps(lake, after, until)
 
 
+class RoutedCounts(Protocol):
+    """What a run reports of its routed timestamps (``dkmsks.spark.main_server.RoutedBatch``)."""
+
+    counts: dict[int, tuple[int, int, int]]  # t -> (objects, insertions, deletions) applied
+    refused: list[tuple[int, int, str]]  # (t, sub id, reason)
+
+
 @dataclass
 class RunReport:
     """What one run (micro-batch or follow round) did."""
@@ -65,7 +71,7 @@ class RunReport:
     compacted: bool = False
     phases_ms: dict[str, float] = field(default_factory=dict)
 
-    def add_counts(self, routed: RoutedBatch) -> None:
+    def add_counts(self, routed: RoutedCounts) -> None:
         """Add a routed batch's objects, insertions, deletions and refusals to the counts."""
         self.objects += sum(c[0] for c in routed.counts.values())
         self.insertions += sum(c[1] for c in routed.counts.values())
@@ -78,7 +84,7 @@ WORKER_RECORDS = ("change", "final", "metric")
 
 
 def journal_records(
-    out: pa.Table, *, plan_version: int, routed: RoutedBatch, timestamps: list[int], from_t: int, run_id: str,
+    out: pa.Table, *, plan_version: int, routed: RoutedCounts, timestamps: list[int], from_t: int, run_id: str,
 ) -> pa.Table:
     """The one journal append of a run: its workers' records plus a ledger record per timestamp.
 

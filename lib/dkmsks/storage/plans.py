@@ -23,12 +23,14 @@ from dkmsks.storage.lake import Lake, where
 
 @dataclass(frozen=True)
 class PlanInfo:
-    """The current plan as later jobs need it: its version, its configuration and its data
-    space (fixed at the first partitioning, docs/design.md §1), plus the plan's own metadata."""
+    """The current plan as later jobs need it: its version, its configuration, its data
+    space (fixed at the first partitioning, docs/design.md §1), the last timestamp processed
+    before it (it serves ``t > effective_t``), plus the plan's own metadata."""
 
     plan_version: int
     config: PartitionConfig
     space: Rect
+    effective_t: int
     meta: dict[str, Any]
 
     @property
@@ -55,7 +57,8 @@ def current_plan(lake: Lake) -> PlanInfo | None:
     # Method and m are columns of their own; the rest of the configuration is the JSON.
     config = PartitionConfig.from_dict({**json.loads(row["params"]), "method": row["method"],
                                         "workers": row["workers"]})
-    return PlanInfo(int(row["plan_version"]), config, Rect(*(float(v) for v in meta["space"])), meta)
+    return PlanInfo(int(row["plan_version"]), config, Rect(*(float(v) for v in meta["space"])),
+                    int(row["effective_t"]), meta)
 
 
 def read_subsets(lake: Lake, plan_version: int, vocab: Vocabulary) -> dict[str, Any]:

@@ -102,6 +102,44 @@ class _Level:
     n_children: Int64Array
 
 
+@dataclass
+class _Children:
+    """The children of a batch of nodes split one way (quadrants or hybrid groups), sorted by
+    (parent, child index); each child is a run of ``rows`` beginning at ``start``."""
+
+    rows: Int64Array  # subscription indices grouped by child
+    sub_w: Int64Array  # C(s) · |O_init| of each row under its child's R (Eq. 5)
+    start: Int64Array  # first row of each child
+    size: Int64Array
+    rect: Float64Array  # [n, 4]  R
+    region: Float64Array  # [n, 4]
+    colocated: BoolArray  # every subscription of the child at one location
+    weight: Int64Array  # C(child) · |O_init|
+    parent: Int64Array  # the parent's position in the batch
+    child: Int64Array  # quadrant (0=SW, 1=SE, 2=NW, 3=NE) or hybrid group (0..3)
+
+    def per_parent(self, n_parents: int) -> tuple[Int64Array, Int64Array]:
+        """Children count and summed cost (``C_s`` or ``C_h``) of each of ``n_parents`` parents."""
+        nch = np.bincount(self.parent, minlength=n_parents).astype(np.int64)
+        total = np.zeros(n_parents, dtype=np.int64)
+        if self.parent.shape[0]:
+            ps = run_starts(self.parent)
+            total[self.parent[ps]] = np.add.reduceat(self.weight, ps)
+        return nch, total
+
+
+@dataclass
+class _Split:
+    """One way of splitting every node of a batch (Space-only- or Hybrid-Partition): the
+    children, and per node whether the split is available (it makes progress), how many
+    children it makes and their summed cost."""
+
+    children: _Children
+    available: BoolArray
+    n_children: Int64Array
+    cost: Int64Array  # C_s or C_h, times |O_init|
+
+
 def _gather(start: Int64Array, sizes: Int64Array) -> Int64Array:
     """Concatenated index ranges ``[start[i], start[i] + sizes[i])``."""
     total = int(sizes.sum())
@@ -124,9 +162,11 @@ class _Builder:
         self.gamma2 = gamma2
         self.space = space
 
-    # ---- children of runs of rows -------------------------------------------------------
-    def _children(self, rows: Int64Array, key: Int64Array) -> dict[str, Any]:
-        """Group ``rows`` by ``key = parent*4 + child`` into children with R, costs, flags."""
+    def _children(self, rows: Int64Array, key: Int64Array, parent_region: Float64Array, *,
+                  quadrants: bool) -> _Children:
+        """Group ``rows`` by ``key = parent*4 + child`` into children with R, costs and flags;
+        a child's region is its quadrant of its parent's region (``quadrants``), else the
+        parent's region."""
         order = np.argsort(key, kind="stable")
         rows = rows[order]
         key = key[order]
@@ -134,143 +174,137 @@ class _Builder:
         size = np.diff(np.append(st, rows.shape[0])).astype(np.int64)
         rect = mbr_by_group(st, self.bx0[rows], self.by0[rows], self.bx1[rows], self.by1[rows])
         px, py = self.px[rows], self.py[rows]
-        coloc = (np.minimum.reduceat(px, st) == np.maximum.reduceat(px, st)) & (
+        colocated = (np.minimum.reduceat(px, st) == np.maximum.reduceat(px, st)) & (
             np.minimum.reduceat(py, st) == np.maximum.reduceat(py, st)
         )
         group = np.repeat(np.arange(st.shape[0], dtype=np.int64), size)
         sub_w = keyword_rect_weights(self.stats, self.kws, rows, group, rect)
         weight = np.add.reduceat(sub_w, st) if st.shape[0] else np.zeros(0, dtype=np.int64)
-        ckey = key[st]
-        return {
-            "rows": rows, "sub_w": sub_w, "start": st, "size": size, "rect": rect,
-            "coloc": coloc, "weight": weight.astype(np.int64),
-            "parent": ckey // 4, "child": ckey % 4,
-        }
-
-    @staticmethod
-    def _per_parent(ch: dict[str, Any], n_parents: int) -> tuple[Int64Array, Int64Array]:
-        """Children count and summed cost (C_s or C_h) per parent (children sorted by parent)."""
-        nch = np.bincount(ch["parent"], minlength=n_parents).astype(np.int64)
-        total = np.zeros(n_parents, dtype=np.int64)
-        if ch["parent"].shape[0]:
-            ps = run_starts(ch["parent"])
-            total[ch["parent"][ps]] = np.add.reduceat(ch["weight"], ps)
-        return nch, total
+        parent, child = key[st] // 4, key[st] % 4
+        region = quadrant_rects(parent_region[parent], child) if quadrants else parent_region[parent]
+        return _Children(rows=rows, sub_w=sub_w, start=st, size=size, rect=rect, region=region,
+                         colocated=colocated, weight=weight.astype(np.int64), parent=parent, child=child)
 
     def root(self, n: int) -> _Level:
-        rows = np.arange(n, dtype=np.int64)
-        ch = self._children(rows, np.zeros(n, dtype=np.int64))
+        """Depth 0: one node holding every subscription, whose region is the data space."""
+        region = np.array([self.space.as_tuple()], dtype=np.float64)
+        ch = self._children(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64), region, quadrants=False)
         return _Level(
-            weight=ch["weight"], parent=np.array([-1]), kind=np.array([SplitKind.ROOT], np.int8),
-            region=np.array([self.space.as_tuple()], dtype=np.float64), rect=ch["rect"],
-            size=ch["size"], splittable=(ch["size"] >= 2) & ~ch["coloc"],
-            start=np.array([0, n], dtype=np.int64), rows=ch["rows"].astype(np.int32),
-            sub_w=ch["sub_w"], expanded=np.zeros(1, bool), dead=np.zeros(1, bool),
+            weight=ch.weight, parent=np.array([-1]), kind=np.array([SplitKind.ROOT], np.int8),
+            region=region, rect=ch.rect, size=ch.size, splittable=(ch.size >= 2) & ~ch.colocated,
+            start=np.array([0, n], dtype=np.int64), rows=ch.rows.astype(np.int32),
+            sub_w=ch.sub_w, expanded=np.zeros(1, bool), dead=np.zeros(1, bool),
             n_children=np.zeros(1, dtype=np.int64),
         )
 
     def expand(self, lvl: _Level, cand: Int64Array) -> _Level:
-        """Split every node ``cand`` of ``lvl`` at once; returns the next depth's nodes."""
-        a = cand.shape[0]
+        """Split every node ``cand`` of ``lvl`` at once, both ways, and keep the cheaper
+        available split of each (Algorithm 2: hybrid unless space-only costs less); records
+        the outcome in ``lvl`` and returns the next depth's nodes."""
         sizes = lvl.size[cand]
         idx = _gather(lvl.start[cand], sizes)
-        prow = lvl.rows[idx].astype(np.int64)
-        pw = lvl.sub_w[idx]
-        pnode = np.repeat(np.arange(a, dtype=np.int64), sizes)
-        reg = lvl.region[cand]
+        rows = lvl.rows[idx].astype(np.int64)
+        node = np.repeat(np.arange(cand.shape[0], dtype=np.int64), sizes)
+        region = lvl.region[cand]
+        space = self._space_split(region, rows, node)
+        hybrid = self._hybrid_split(region, rows, lvl.sub_w[idx], node, sizes <= self.gamma2)
 
-        # Space-only-Partition: quadrant of the node's region holding each location.
-        cx = (reg[:, 0] + reg[:, 2]) * 0.5
-        cy = (reg[:, 1] + reg[:, 3]) * 0.5
-        q = quadrant_of(self.px[prow], self.py[prow], cx[pnode], cy[pnode])
-        sp = self._children(prow, pnode * 4 + q)
-        sp["region"] = quadrant_rects(reg[sp["parent"]], sp["child"])
-        s_nch, c_s = self._per_parent(sp, a)
-        space_ok = s_nch >= 2
-        single = np.flatnonzero(s_nch == 1)
-        if single.shape[0]:
-            # Children are sorted by parent, so a lone child sits at its parent's position.
-            first = np.searchsorted(sp["parent"], single)
-            same = np.all(sp["region"][first] == reg[single], axis=1)
-            space_ok[single] = ~same
-
-        # Hybrid-Partition for the small nodes (|S'| <= γ2).
-        hmask = sizes <= self.gamma2
-        hyb_ok = np.zeros(a, dtype=bool)
-        c_h = np.zeros(a, dtype=np.int64)
-        hy: dict[str, Any] | None = None
-        if hmask.any():
-            sel = hmask[pnode]
-            h_rows, h_w, h_par = prow[sel], pw[sel], pnode[sel]
-            # Paper: sort S' by C(s) descending (ties: input order), greedy into 4 groups.
-            order = np.lexsort((h_rows, -h_w, h_par))
-            h_rows, h_w, h_par = h_rows[order], h_w[order], h_par[order]
-            hst = run_starts(h_par)
-            hsize = np.diff(np.append(hst, h_par.shape[0]))
-            rank = np.arange(h_par.shape[0], dtype=np.int64) - np.repeat(hst, hsize)
-            loads = np.zeros((a, 4), dtype=np.int64)
-            group = np.empty(h_par.shape[0], dtype=np.int64)
-            by_rank = np.argsort(rank, kind="stable")
-            rst = run_starts(rank[by_rank])
-            bounds = np.append(rst, by_rank.shape[0])
-            for t in range(rst.shape[0]):
-                # Step t places the t-th subscription of every hybrid node: one row per node,
-                # so the fancy-indexed += below never sees a duplicate index.
-                ix = by_rank[bounds[t]:bounds[t + 1]]
-                p = h_par[ix]
-                g = np.argmin(loads[p], axis=1)
-                loads[p, g] += h_w[ix]
-                group[ix] = g
-            hy = self._children(h_rows, h_par * 4 + group)
-            hy["region"] = reg[hy["parent"]]
-            h_nch, c_h = self._per_parent(hy, a)
-            hyb_ok = hmask & (h_nch >= 2)
-
-        use_h = hyb_ok & (~space_ok | (c_s >= c_h))
-        use_s = space_ok & ~use_h
+        use_h = np.zeros(cand.shape[0], dtype=bool) if hybrid is None else (
+            hybrid.available & (~space.available | (space.cost >= hybrid.cost)))
+        use_s = space.available & ~use_h
         lvl.expanded[cand] = True
         lvl.dead[cand] = ~use_h & ~use_s
-        nch = np.where(use_s, s_nch, 0)
-        if hy is not None:
-            nch = np.where(use_h, h_nch, nch)
+        nch = np.where(use_s, space.n_children, 0)
+        chosen = [(space.children, use_s, SplitKind.SPACE)]
+        if hybrid is not None:
+            nch = np.where(use_h, hybrid.n_children, nch)
+            chosen.append((hybrid.children, use_h, SplitKind.HYBRID))
         lvl.n_children[cand] = nch
+        return _next_level(cand, chosen)
 
-        # The next depth: chosen children in (parent rank, child index) = path order.
-        parts = [(sp, use_s[sp["parent"]], SplitKind.SPACE)]
-        if hy is not None:
-            parts.append((hy, use_h[hy["parent"]], SplitKind.HYBRID))
-        offset = 0
-        pool_rows, pool_w, cols = [], [], []
-        for ch, keep, kind in parts:
-            k = np.flatnonzero(keep)
-            cols.append({
-                "key": ch["parent"][k] * 4 + ch["child"][k],
-                "parent": cand[ch["parent"][k]],
-                "kind": np.full(k.shape[0], kind, dtype=np.int8),
-                "region": ch["region"][k], "rect": ch["rect"][k], "size": ch["size"][k],
-                "coloc": ch["coloc"][k], "weight": ch["weight"][k],
-                "pstart": ch["start"][k] + offset,
-            })
-            pool_rows.append(ch["rows"])
-            pool_w.append(ch["sub_w"])
-            offset += ch["rows"].shape[0]
-        merged = {f: np.concatenate([c[f] for c in cols]) for f in cols[0]}
-        order = np.argsort(merged["key"], kind="stable")
-        merged = {f: v[order] for f, v in merged.items()}
-        take = _gather(merged["pstart"], merged["size"])
-        rows = np.concatenate(pool_rows)[take]
-        sub_w = np.concatenate(pool_w)[take]
-        n_new = order.shape[0]
-        start = np.zeros(n_new + 1, dtype=np.int64)
-        np.cumsum(merged["size"], out=start[1:])
-        return _Level(
-            weight=merged["weight"], parent=merged["parent"], kind=merged["kind"],
-            region=merged["region"].reshape(-1, 4), rect=merged["rect"].reshape(-1, 4),
-            size=merged["size"], splittable=(merged["size"] >= 2) & ~merged["coloc"],
-            start=start, rows=rows.astype(np.int32), sub_w=sub_w,
-            expanded=np.zeros(n_new, bool), dead=np.zeros(n_new, bool),
-            n_children=np.zeros(n_new, dtype=np.int64),
-        )
+    def _space_split(self, region: Float64Array, rows: Int64Array, node: Int64Array) -> _Split:
+        """Space-only-Partition of the nodes of ``region`` (``rows``: their subscriptions,
+        ``node``: the node of each): by the quadrant of its node's region holding each
+        location. Not available for a node whose one non-empty quadrant is its whole region
+        (the centre rounds onto an edge)."""
+        cx = (region[:, 0] + region[:, 2]) * 0.5
+        cy = (region[:, 1] + region[:, 3]) * 0.5
+        q = quadrant_of(self.px[rows], self.py[rows], cx[node], cy[node])
+        ch = self._children(rows, node * 4 + q, region, quadrants=True)
+        nch, cost = ch.per_parent(region.shape[0])
+        available = nch >= 2
+        single = np.flatnonzero(nch == 1)
+        if single.shape[0]:
+            # Children are sorted by parent, so a lone child sits at its parent's position.
+            first = np.searchsorted(ch.parent, single)
+            available[single] = ~np.all(ch.region[first] == region[single], axis=1)
+        return _Split(ch, available, nch, cost)
+
+    def _hybrid_split(self, region: Float64Array, rows: Int64Array, sub_w: Int64Array, node: Int64Array,
+                      small: BoolArray) -> _Split | None:
+        """Hybrid-Partition of the ``small`` nodes (``|S'| <= γ2``; ``sub_w``: each row's
+        ``C(s)``): the paper's greedy into 4 groups, one vectorised step per rank. ``None`` when
+        no node is small; not available for a node that fills one group only."""
+        if not small.any():
+            return None
+        sel = small[node]
+        h_rows, h_w, h_par = rows[sel], sub_w[sel], node[sel]
+        # Paper: sort S' by C(s) descending (ties: input order), greedy into 4 groups.
+        order = np.lexsort((h_rows, -h_w, h_par))
+        h_rows, h_w, h_par = h_rows[order], h_w[order], h_par[order]
+        hst = run_starts(h_par)
+        hsize = np.diff(np.append(hst, h_par.shape[0]))
+        rank = np.arange(h_par.shape[0], dtype=np.int64) - np.repeat(hst, hsize)
+        loads = np.zeros((region.shape[0], 4), dtype=np.int64)
+        group = np.empty(h_par.shape[0], dtype=np.int64)
+        by_rank = np.argsort(rank, kind="stable")
+        rst = run_starts(rank[by_rank])
+        bounds = np.append(rst, by_rank.shape[0])
+        for t in range(rst.shape[0]):
+            # Step t places the t-th subscription of every hybrid node: one row per node,
+            # so the fancy-indexed += below never sees a duplicate index.
+            ix = by_rank[bounds[t]:bounds[t + 1]]
+            p = h_par[ix]
+            g = np.argmin(loads[p], axis=1)
+            loads[p, g] += h_w[ix]
+            group[ix] = g
+        ch = self._children(h_rows, h_par * 4 + group, region, quadrants=False)
+        nch, cost = ch.per_parent(region.shape[0])
+        return _Split(ch, small & (nch >= 2), nch, cost)
+
+
+def _next_level(cand: Int64Array, chosen: list[tuple[_Children, BoolArray, SplitKind]]) -> _Level:
+    """The next depth: the children of the nodes ``cand`` by the split each chose (``chosen``:
+    per way of splitting, its children, whether each node chose it, and its kind), in path
+    order (parent rank, child index)."""
+    parts = [(ch, np.flatnonzero(use[ch.parent]), kind) for ch, use, kind in chosen]
+    offsets = np.cumsum([0, *(ch.rows.shape[0] for ch, _, _ in parts)])
+    order = np.argsort(np.concatenate([ch.parent[k] * 4 + ch.child[k] for ch, k, _ in parts]), kind="stable")
+
+    def in_order(columns: list[np.ndarray]) -> np.ndarray:
+        """One column of the chosen children, concatenated in path order."""
+        return np.concatenate(columns)[order]
+
+    size = in_order([ch.size[k] for ch, k, _ in parts])
+    colocated = in_order([ch.colocated[k] for ch, k, _ in parts])
+    take = _gather(in_order([ch.start[k] + offset for (ch, k, _), offset in zip(parts, offsets[:-1], strict=True)]),
+                   size)
+    rows = np.concatenate([ch.rows for ch, _, _ in parts])[take]
+    sub_w = np.concatenate([ch.sub_w for ch, _, _ in parts])[take]
+    n_new = order.shape[0]
+    start = np.zeros(n_new + 1, dtype=np.int64)
+    np.cumsum(size, out=start[1:])
+    return _Level(
+        weight=in_order([ch.weight[k] for ch, k, _ in parts]),
+        parent=in_order([cand[ch.parent[k]] for ch, k, _ in parts]),
+        kind=in_order([np.full(k.shape[0], kind, dtype=np.int8) for _, k, kind in parts]),
+        region=in_order([ch.region[k] for ch, k, _ in parts]).reshape(-1, 4),
+        rect=in_order([ch.rect[k] for ch, k, _ in parts]).reshape(-1, 4),
+        size=size, splittable=(size >= 2) & ~colocated,
+        start=start, rows=rows.astype(np.int32), sub_w=sub_w,
+        expanded=np.zeros(n_new, bool), dead=np.zeros(n_new, bool),
+        n_children=np.zeros(n_new, dtype=np.int64),
+    )
 
 
 def _split_prefix(levels: list[_Level], target: int) -> tuple[list[BoolArray], tuple | None]:

@@ -136,12 +136,6 @@ class SubsetTable:
     def __len__(self) -> int:
         return int(self.weight.shape[0])
 
-    def terms_of(self, j: int) -> Int32Array | None:
-        """The term set of subset ``j``: its keyword ids, or ``None`` for ALL."""
-        if self.all_terms[j]:
-            return None
-        return self.terms[self.terms_ptr[j] : self.terms_ptr[j + 1]]
-
     def to_dict(self) -> dict[str, Any]:
         """The table as JSON-ready lists."""
         return {
