@@ -188,14 +188,6 @@ class Warehouse:
         """The folder of table ``name`` (a local warehouse only: see :meth:`table_uri`)."""
         return self.tables_dir / name
 
-    def has_table(self, name: str) -> bool:
-        """Whether table ``name`` exists (has a Delta log)."""
-        if self.location is None:
-            return (self.table_path(name) / "_delta_log").is_dir()
-        from dkmsks.storage.objectstore import ObjectStore
-
-        return ObjectStore.of(self.location).has_prefix(self.table_key(name) + "/_delta_log/")
-
     def _local_only(self, what: str) -> Path:
         raise ValueError(f"{self} is on object storage: its {what} are not a local folder (use table_uri)")
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dkmsks.storage.lake import has_table
 from dkmsks.warehouse import Warehouse
 
 pytestmark = pytest.mark.unit
@@ -20,7 +21,7 @@ def test_paths_of_the_default_and_of_another_database(tmp_path):
     assert other.table_path("journal") == tmp_path / "w" / "tables" / "bench_1.db" / "journal"
     assert other.cache_dir == tmp_path / "w" / "cache" / "bench_1"
     assert other.writer_lock_path == tmp_path / "w" / "locks" / "bench_1.lock"
-    assert not other.has_table("journal")
+    assert not has_table(other, "journal")
 
 
 def test_relative_roots_resolve_and_bad_names_are_refused(tmp_path, monkeypatch):

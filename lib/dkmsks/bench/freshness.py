@@ -45,6 +45,7 @@ from dkmsks.bench.common import (
 )
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, percentile
+from dkmsks.storage.lake import has_table
 
 prose = Prose.load("freshness")
 TITLE = "Freshness of a live warehouse"
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> dict:
         write_objects(objects, objs, vocab)
         write_events(events, evs, vocab)
         rec = ResultFile(work / "results.json", params, spark=True)
-    if not warehouse.has_table("journal"):
+    if not has_table(warehouse, "journal"):
         say("initial phase: dkm run --until 0 (ingest O_init, partition)")
         initial = TreeMemory({"initial phase": os.getpid()}, proportional=True).start()  # its child's tree
         done = run_command([*DKM, "run", "--objects", str(objects), "--events", str(events), "--warehouse",

@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 from dkmsks.storage import tables
 from dkmsks.storage.export import state_checkpoints
 from dkmsks.storage.journal import last_processed, record_run_metrics
-from dkmsks.storage.lake import Lake, MissingTable
+from dkmsks.storage.lake import Lake, MissingTable, has_table
 from dkmsks.storage.retention import DELTA_SAFETY_HOURS, horizon_hours, retention_properties
 from dkmsks.storage.writer_lock import writer_lock
 from dkmsks.warehouse import Warehouse
@@ -180,7 +180,7 @@ def run_maintenance(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     hours = horizon_hours(retention_hours)
     lake = Lake.of(warehouse)
     report = MaintenanceReport(hours, warnings=_warnings(hours))
-    if not any(warehouse.has_table(name) for name in tables.ALL_TABLES):
+    if not any(has_table(warehouse, name) for name in tables.ALL_TABLES):
         # A scheduled run on a warehouse nothing was published to yet (the DAG's default one):
         # creating run_metrics there would make an empty warehouse look used.
         report.warnings.append(f"{warehouse.tables_location} holds no table yet: nothing to maintain")

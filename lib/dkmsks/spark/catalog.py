@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from dkmsks.spark.sql_files import run_sql, statement
 from dkmsks.storage import tables
+from dkmsks.storage.lake import has_table
 from dkmsks.warehouse import DEFAULT_DATABASE, Warehouse
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def _register_table(spark: SparkSession, warehouse: Warehouse, name: str, attemp
         return
     for attempt in range(attempts):
         try:
-            if warehouse.has_table(name):
+            if has_table(warehouse, name):
                 spark.catalog.createTable(name, path=warehouse.table_uri(name, scheme="s3a"), source="delta")
             else:
                 run_sql(spark, f"ddl/{name}.sql", table=name)
@@ -101,7 +102,7 @@ def spark_sql_init(warehouse: Warehouse) -> str:
     (``spark-sql -i FILE --hivevar tables=... --hivevar database=...``, :func:`spark_sql_vars`):
     ``sql/spark_sql/register_tables.sql`` and the views of ``sql/views``. The tables must exist
     (any ``dkm`` command that starts Spark creates them)."""
-    missing = [name for name in tables.ALL_TABLES if not warehouse.has_table(name)]
+    missing = [name for name in tables.ALL_TABLES if not has_table(warehouse, name)]
     if missing:
         raise ValueError(f"{warehouse}: tables {', '.join(missing)} do not exist yet; run any dkm command "
                          "that starts Spark on this warehouse first (e.g. dkm run, or dkm sql \"SHOW TABLES\")")

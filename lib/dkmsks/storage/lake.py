@@ -150,6 +150,15 @@ def _commit_file(uri: str, version: int) -> tuple[Any, ...]:
     return info.st_ino, info.st_size, info.st_mtime_ns
 
 
+def has_table(warehouse: Warehouse, name: str) -> bool:
+    """Whether table ``name`` of ``warehouse`` exists (has a Delta log), in a folder or on
+    object storage."""
+    if warehouse.location is None:
+        return (warehouse.table_path(name) / "_delta_log").is_dir()
+    store, key = _object(warehouse.table_uri(name))
+    return bool(store.has_prefix(f"{key}/_delta_log/"))
+
+
 def storage_options(uri: str) -> dict[str, str] | None:
     """delta-rs' options for a table at ``uri``: the store's settings on object storage
     (:func:`dkmsks.storage.objectstore.delta_options`), none on a file system."""
