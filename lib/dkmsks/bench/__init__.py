@@ -8,5 +8,5 @@
 - :mod:`.core`, :mod:`.core_init`, :mod:`.partition`: the in-memory core.
 - :mod:`.pipeline` (with :mod:`.naive_spark`, :mod:`.follow`), :mod:`.backlog`,
   :mod:`.spot_check`: the Spark + Delta pipeline; :mod:`.append`: a run's commit (one journal
-  append) through Spark and through delta-rs; :mod:`.catalog`: session start per catalog design.
+  append) through Spark and through delta-rs.
 """

@@ -24,7 +24,6 @@ BENCHMARKS = {
     "rust": ("rust", "the lookup kernel in numba and the same loop in Rust, same inputs -> docs/benchmarks.md"),
     "grid": ("grid", "the DkM-SKS grid's layouts (pyramid levels, cells a ball), side by side -> docs/benchmarks.md"),
     "memory": ("memory", "memory per subscription of the in-memory engine at 1M, 5M, 10M -> docs/benchmarks.md"),
-    "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
 
