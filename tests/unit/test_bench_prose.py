@@ -16,8 +16,7 @@ pytestmark = pytest.mark.unit
 #: Report module (read, not imported: the pipeline's imports Spark) and its template.
 REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
            ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
-           ("dkmsks.bench.append", "append"),
-           ("dkmsks.bench.kernel", "kernel"), ("dkmsks.bench.grid", "grid"),
+           ("dkmsks.bench.kernel", "kernel"),
            ("dkmsks.bench.memory", "memory"), ("dkmsks.bench.rust", "rust")]
 
 

@@ -2,11 +2,10 @@
 
 - :mod:`.common` and :mod:`.stats`: what every benchmark shares: the real data, the machine and
   the commit every saved result carries, result files, subprocesses, generated doc sections;
-  medians, ratios and the timing of repeated runs.
+  medians, percentiles and ratios.
 - :mod:`.paper` (with :mod:`.paper_spark`, the report's numbers, plots and prose): the paper's
   Tables 2-3 and Figures 7-10 -> ``docs/paper-reproduction.md``.
-- :mod:`.core`, :mod:`.core_init`, :mod:`.partition`: the in-memory core.
+- :mod:`.core`: the in-memory core.
 - :mod:`.pipeline` (with :mod:`.naive_spark`, :mod:`.follow`), :mod:`.backlog`,
-  :mod:`.spot_check`: the Spark + Delta pipeline; :mod:`.append`: a run's commit (one journal
-  append) through Spark and through delta-rs.
+  :mod:`.spot_check`: the Spark + Delta pipeline.
 """

@@ -13,16 +13,12 @@ import importlib
 BENCHMARKS = {
     "paper": ("paper", "the paper's Tables 2-3 and Figures 7-10 (KOP, SOP, DkM-SKS) -> docs/paper-reproduction.md"),
     "core": ("core", "the in-memory engine at the issue's protocol -> docs/benchmarks.md"),
-    "core-init": ("core_init", "O_init structures: statistics (Eq. 1, 2, 4) and the initial kNN"),
-    "partition": ("partition", "the three partitioners and the main server at paper scale"),
     "pipeline": ("pipeline", "the Spark + Delta pipeline against its targets and naive Spark -> docs/benchmarks.md"),
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
-    "append": ("append", "a run's commit: one journal append through Spark vs through delta-rs"),
     "kernel": ("kernel", "the worker kernels: numba against the numpy reference, side by side -> docs/benchmarks.md"),
     "rust": ("rust", "the lookup kernel in numba and the same loop in Rust, same inputs -> docs/benchmarks.md"),
-    "grid": ("grid", "the DkM-SKS grid's layouts (pyramid levels, cells a ball), side by side -> docs/benchmarks.md"),
     "memory": ("memory", "memory per subscription of the in-memory engine at 1M, 5M, 10M -> docs/benchmarks.md"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
