@@ -4,7 +4,6 @@ every value it names, no block is left unused, and wrapped template lines are jo
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,22 @@ from dkmsks.bench.prose import Prose
 
 pytestmark = pytest.mark.unit
 
-#: Report module (read, not imported: the pipeline's imports Spark) and its template.
-REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
-           ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
-           ("dkmsks.bench.kernel", "kernel"),
-           ("dkmsks.bench.memory", "memory"), ("dkmsks.bench.rust", "rust")]
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE, SCRIPTS = REPO / "lib" / "dkmsks" / "bench", REPO / "bench"
+#: Report code (read, not imported: the pipeline's imports Spark) and its template: the
+#: package's benchmarks, then the scripts in bench/.
+REPORTS = [(PACKAGE / f"{module}.py", PACKAGE / "templates" / f"{template}.md")
+           for module, template in (("paper_report", "paper"), ("core", "core"), ("pipeline", "pipeline"),
+                                     ("freshness", "freshness"))]
+REPORTS += [(SCRIPTS / f"{name}.py", SCRIPTS / "templates" / f"{name}.md") for name in ("kernel", "memory", "rust")]
+IDS = [source.stem for source, _ in REPORTS]
 
 
-def source_tree(module: str) -> ast.Module:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    return ast.parse(Path(spec.origin).read_text())
+def source_tree(module: Path) -> ast.Module:
+    return ast.parse(module.read_text())
 
 
-def prose_calls(module: str) -> list[ast.Call]:
+def prose_calls(module: Path) -> list[ast.Call]:
     return [n for n in ast.walk(source_tree(module))
             if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "prose"]
 
@@ -41,21 +42,21 @@ def block_names(node: ast.expr) -> list[str]:
     return []
 
 
-def string_constants(module: str) -> set[str]:
+def string_constants(module: Path) -> set[str]:
     return {n.value for n in ast.walk(source_tree(module)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
-@pytest.mark.parametrize(("module", "template"), REPORTS)
-def test_every_block_asked_for_exists_and_every_block_is_used(module: str, template: str) -> None:
+@pytest.mark.parametrize(("module", "template"), REPORTS, ids=IDS)
+def test_every_block_asked_for_exists_and_every_block_is_used(module: Path, template: Path) -> None:
     asked = {name for call in prose_calls(module) for name in block_names(call.args[0])}
-    blocks = set(Prose.load(template).blocks)
+    blocks = set(Prose.read(template).blocks)
     assert asked - blocks == set(), "asked for but not in the template"
     assert blocks - string_constants(module) == set(), "in the template but never named by the report"
 
 
-@pytest.mark.parametrize(("module", "template"), REPORTS)
-def test_every_block_receives_the_values_it_names(module: str, template: str) -> None:
-    prose = Prose.load(template)
+@pytest.mark.parametrize(("module", "template"), REPORTS, ids=IDS)
+def test_every_block_receives_the_values_it_names(module: Path, template: Path) -> None:
+    prose = Prose.read(template)
     for call in prose_calls(module):
         if any(kw.arg is None for kw in call.keywords):
             continue  # values passed as **mapping: checked when the report renders

@@ -345,11 +345,12 @@ def run_command(cmd: Sequence[str], log: Path, *, timeout: float | None = None,
 
 
 # --------------------------------------------------------------------------- generated docs
-def write_doc_section(path: Path, name: str, text: str) -> None:
-    """Replace the section ``name`` of the markdown file ``path`` (between its markers, written
-    by ``dkm bench NAME``), or append it; the rest of the file is kept."""
-    begin = f"<!-- begin: dkm bench {name} (generated; edits inside are overwritten) -->"
-    end = f"<!-- end: dkm bench {name} -->"
+def write_doc_section(path: Path, section: str, text: str) -> None:
+    """Replace the section ``section`` of the markdown file ``path`` (between its markers,
+    ``<!-- begin: SECTION ...`` and ``<!-- end: SECTION -->``, where ``section`` names what
+    writes it: ``dkm bench core``, ``bench/kernel.py``), or append it; the rest of the file is kept."""
+    begin = f"<!-- begin: {section} (generated; edits inside are overwritten) -->"
+    end = f"<!-- end: {section} -->"
     block = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.exists() else "# Benchmarks\n\n"
     pattern = re.compile(re.escape(begin.split(" (")[0]) + r".*?" + re.escape(end) + r"\n?", re.S)

@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   (load_start, load_average()))
     print(text)
     if docs is not None:
-        write_doc_section(docs, "core", text)
+        write_doc_section(docs, "dkm bench core", text)
         print(f"wrote {docs}")
     return 0
 

@@ -457,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report(data)
     print(text)
     if args.doc:
-        write_doc_section(args.doc, args.section or section(data["params"]), text)
+        write_doc_section(args.doc, "dkm bench " + (args.section or section(data["params"])), text)
     return 0
 
 

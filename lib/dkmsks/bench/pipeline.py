@@ -561,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     docs = args.docs or (None if q else DOCS)
     if docs and not args.no_docs:
-        write_doc_section(docs, "pipeline", text)
+        write_doc_section(docs, "dkm bench pipeline", text)
         print(f"\nwrote the section to {docs}")
     return 0
 

@@ -12,7 +12,7 @@ server (found by walking the engine's attributes, each buffer counted once), the
 subprocess, and per subscription: bytes and GiB per million. Part of the RSS growth does not
 depend on ``|S|`` (the structures over ``O_init``); the slope between two sizes removes it.
 
-Usage: ``dkm bench memory [--sizes 1000000,5000000,10000000] [--timestamps T] [--quick]
+Usage: ``.venv/bin/python bench/memory.py [--sizes 1000000,5000000,10000000] [--timestamps T] [--quick]
 [--doc docs/benchmarks.md]``.
 """
 
@@ -36,7 +36,8 @@ from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("memory")
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "memory.md")
 GIB = float(1 << 30)
 #: Issue 18's target: GiB of engine memory per million subscriptions.
 TARGET_GIB_PER_MILLION = 0.5
@@ -99,8 +100,9 @@ def measure(n_subs: int, objects: int, workers: int, timestamps: int, seed: int)
 
 
 def measure_in_subprocess(n_subs: int, a: argparse.Namespace) -> dict[str, Any]:
-    """:func:`measure` in a fresh interpreter (same ``PYTHONPATH``); its result from the last line of stdout."""
-    cmd = [sys.executable, "-m", "dkmsks.bench.memory", "--child", str(n_subs), "--objects", str(a.objects),
+    """:func:`measure` in a fresh interpreter running this script (same ``PYTHONPATH``); its result
+    from the last line of stdout."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(n_subs), "--objects", str(a.objects),
            "--workers", str(a.workers), "--timestamps", str(a.timestamps), "--seed", str(a.seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -146,9 +148,9 @@ def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[str], float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench memory``: measure each size in a subprocess, save ``results.json``, print (and with
+    """``bench/memory.py``: measure each size in a subprocess, save ``results.json``, print (and with
     ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench memory", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench/memory.py", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000000,5000000,10000000", help="|S| values, comma-separated (%(default)s)")
     p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
     p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
@@ -188,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n\n".join(parts)
     print(text)
     if a.doc:
-        write_doc_section(a.doc, "memory", text)
+        write_doc_section(a.doc, "bench/memory.py", text)
     return 0
 
 

@@ -12,7 +12,7 @@ time (slowest worker's kNN update + insertion + deletion + the main server's cos
 its parts, and the work. The two engines' results must be byte-identical at the end and their
 work counters equal at every timestamp; the benchmark fails otherwise.
 
-Usage: ``dkm bench kernel [--timestamps T] [--warmup W] [--quick] [--doc docs/benchmarks.md]``.
+Usage: ``.venv/bin/python bench/kernel.py [--timestamps T] [--warmup W] [--quick] [--doc docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
 from dkmsks.core.model import SubscriptionEvents, results_equal
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("kernel")
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "kernel.md")
 KERNELS = ("numpy", "numba")
 #: What is reported per timestamp, in milliseconds: the metric's field and its label.
 TIMES = {"wall": "whole timestamp, one process", "update_time": "update time (paper's metric)",
@@ -72,8 +73,8 @@ def run_side_by_side(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench kernel``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench kernel", description=__doc__.splitlines()[0])
+    """``bench/kernel.py``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
+    p = argparse.ArgumentParser(prog="bench/kernel.py", description=__doc__.splitlines()[0])
     p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
     p.add_argument("--subscriptions", type=int, default=1_000_000, help="|S| (%(default)s)")
     p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = f"{head}\n{rows}\n\n{tail}"
     print(text)
     if a.doc:
-        write_doc_section(a.doc, "kernel", text)
+        write_doc_section(a.doc, "bench/kernel.py", text)
     return 0
 
 

@@ -22,7 +22,7 @@ catch-up's many keys against one index). The Rust side's time includes its Pytho
 lookup's results must be equal (Rust's to numba's warm, array for array; numba's two forms as
 multisets of pairs, with the same per-object counts), or the benchmark fails.
 
-Usage: ``dkm bench rust [--timestamps T] [--warmup W] [--repeats R] [--batch B] [--quick] [--doc F]``.
+Usage: ``.venv/bin/python bench/rust.py [--timestamps T] [--warmup W] [--repeats R] [--batch B] [--quick] [--doc F]``.
 Needs ``cargo`` (rustup's or Debian's package); without it the benchmark stops and says so.
 """
 
@@ -51,8 +51,9 @@ from dkmsks.core.engine import build_engine
 from dkmsks.core.kernel.lookup import _lookup, _lookup_warm
 from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("rust")
-CRATE = REPO / "bench" / "kernel_rust"
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "rust.md")
+CRATE = HERE / "kernel_rust"
 TARGET = REPO / ".cache" / "kernel_rust"
 LIBRARY = TARGET / "release" / "libdkmsks_kernel_rust.so"
 #: The variants of one timestamp's lookup and of a batch's, in the report's order.
@@ -88,7 +89,7 @@ def build_library() -> ctypes.CDLL:
     """Build the crate (release, host CPU) and load it; a clear stop without cargo."""
     cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
     if not os.access(cargo, os.X_OK):
-        raise SystemExit("dkm bench rust: cargo not found (install rustup's toolchain or Debian's cargo package); "
+        raise SystemExit("bench/rust.py: cargo not found (install rustup's toolchain or Debian's cargo package); "
                          "the Rust side of this benchmark cannot be built without it")
     # cargo reads bench/kernel_rust/.cargo/config.toml (target-cpu=native) from the working directory.
     subprocess.run([cargo, "build", "--release", "--quiet", "--target-dir", str(TARGET)], cwd=CRATE, check=True)
@@ -265,7 +266,7 @@ def run(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, list[int]]:
     finally:
         kernel.lookup_accept_sorted = original
     if not rec.calls:
-        raise SystemExit("dkm bench rust: the engine made no sorted-probe lookup to measure")
+        raise SystemExit("bench/rust.py: the engine made no sorted-probe lookup to measure")
     return rec, calls_per_ts
 
 
@@ -279,8 +280,8 @@ def per_timestamp(calls: list[dict[str, Any]], counts: list[int], shape: str, va
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench rust``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench rust", description=__doc__.splitlines()[0])
+    """``bench/rust.py``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
+    p = argparse.ArgumentParser(prog="bench/rust.py", description=__doc__.splitlines()[0])
     p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
     p.add_argument("--subscriptions", type=int, default=1_000_000, help="|S| (%(default)s)")
     p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
@@ -332,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = f"{head}\n{rows['one']}\n\n{batch}\n{rows['batch']}\n\n{tail}"
     print(text)
     if a.doc:
-        write_doc_section(a.doc, "rust", text)
+        write_doc_section(a.doc, "bench/rust.py", text)
     return 0
 
 
