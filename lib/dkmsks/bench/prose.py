@@ -63,3 +63,7 @@ class Prose:
         except KeyError:
             raise KeyError(f"template block {block!r} is missing") from None
         return template.substitute({k: str(v) for k, v in values.items()})
+
+    def status(self, ok: bool) -> str:
+        """Whether a target is met, in the template's words: its block ``status.met`` or ``status.not_met``."""
+        return self("status.met" if ok else "status.not_met")
