@@ -1,14 +1,17 @@
 """The reports' prose lives in templates: every block a report asks for exists and receives
-every value it names, no block is left unused, and wrapped template lines are joined."""
+every value it names, no block is left unused, and wrapped template lines are joined; every
+generated section of the docs names a benchmark that still writes it."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from dkmsks.bench.prose import Prose
+from dkmsks.commands.bench import BENCHMARKS
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +83,18 @@ def test_wrapped_lines_are_joined_and_elements_kept_apart() -> None:
     assert prose("b") == "$5"
     with pytest.raises(KeyError, match="missing"):
         prose("c")
+
+
+def test_every_generated_section_of_the_docs_names_a_benchmark_that_writes_it() -> None:
+    """A section between ``<!-- begin: WRITER (generated ...) -->`` markers is rewritten by
+    ``dkm bench NAME`` (``freshness-10m``: the freshness benchmark at another size) or by a
+    script in bench/; a section whose benchmark is gone is a record, without markers."""
+    sections = [(doc.name, writer) for doc in sorted((REPO / "docs").glob("*.md"))
+                for writer in re.findall(r"<!-- begin: (\S+(?: \S+)*?) \(generated", doc.read_text())]
+    assert sections
+    for doc, writer in sections:
+        name = writer.removeprefix("dkm bench ")
+        if name != writer:
+            assert re.sub(r"-\d+[km]$", "", name) in BENCHMARKS, (doc, writer)
+        else:
+            assert writer.startswith("bench/") and (REPO / writer).is_file(), (doc, writer)
