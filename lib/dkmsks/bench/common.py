@@ -433,8 +433,9 @@ def _number(value: Any) -> str:
 def add_doc_flags(parser: argparse.ArgumentParser, *, default: Path | None = None) -> None:
     """``--doc FILE`` (or ``--docs``): write the report's section into this Markdown file; with
     ``default``, the file written without ``--doc`` (none with ``--quick``), and ``--no-docs``."""
-    where = f" (default {default.relative_to(REPO) if default.is_relative_to(REPO) else default}; --quick: none)" \
-        if default is not None else ""
+    where = ""
+    if default is not None:
+        where = f" (default {default.relative_to(REPO) if default.is_relative_to(REPO) else default}; --quick: none)"
     parser.add_argument("--doc", "--docs", dest="doc", type=Path, default=None,
                         help="write the report's section into this Markdown file" + where)
     if default is not None:
