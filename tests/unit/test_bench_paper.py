@@ -1,22 +1,37 @@
 """``dkm bench paper --quick`` end to end on both real data sets: every planned
 point is measured and stored (PS²Stream's among them), the plots and the report are written, the
-work counters obey the invariants every index must obey, the per-worker columns add up to the
-totals, and a rerun measures nothing (resume)."""
+report's tables hold the stored points' numbers, the work counters obey the invariants every
+index must obey, the per-worker columns add up to the totals, and a rerun measures nothing
+(resume)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from conftest import NAMES_FILE, PLACE_FILE, require_real_data
+from dkmsks.bench.common import DATASET_NAMES
 from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.cli import main
 from dkmsks.core.workload import WorkloadSpec
 
 pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+
+
+def row(doc: str, start: str) -> list[str]:
+    """The cells of the first table row of ``doc`` that starts with ``start``."""
+    line = next(line for line in doc.splitlines() if line.startswith(start))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def mean_ms(rec: dict | None, column: str) -> str:
+    """A stored record's mean of a per-timestamp time column, in ms, as the report prints it."""
+    assert rec is not None and rec["status"] == "ok"
+    return f"{1e3 * statistics.fmean(rec['ts'][column]):,.1f}"
 
 
 def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,9 +58,16 @@ def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
                     "## PS²Stream: the paper's observation", "## Figure 8", "## Figure 9", "## Figure 10",
                     "## Where we differ"):
         assert heading in doc
-    for paper_number in ("32.08", "549.23", "14,037.33", "27,490.11", "471.00", "7,684.48", "18,549.04",
-                         "32,892.90"):
-        assert paper_number in doc
+    # Tables 2 and 3 hold the means of the stored records they were made from, in the report's
+    # column order (DkM-SKS, PS²Stream, KOP, SOP): Table 2's "ours" row the load balance, Table 3's
+    # update time on Place (after the paper's four columns, which the report prints as constants).
+    methods = ("dkm", "ps2", "kop", "sop")
+    for ds in cfg.datasets:
+        recs = [store.get(cfg.table_point(ds, me, "live")) for me in methods]
+        assert row(doc, f"| {DATASET_NAMES[ds]} | ours |")[2:6] == [mean_ms(r, "balance") for r in recs], ds
+    place = [store.get(cfg.table_point("place", me, "live")) for me in methods]
+    table3 = doc[doc.index("## Table 3"):]
+    assert row(table3, "| **update time** |")[5:9] == [mean_ms(r, "update") for r in place]
 
     # counters: per record, the per-worker totals add up; work >= the minimum work
     by_stream: dict[tuple, dict[str, list[int]]] = defaultdict(dict)

@@ -1,33 +1,36 @@
 """The reports' prose lives in templates: every block a report asks for exists and receives
-every value it names, no block is left unused, and wrapped template lines are joined."""
+every value it names, no block is left unused, and wrapped template lines are joined; every
+generated section of the docs names a benchmark that still writes it."""
 
 from __future__ import annotations
 
 import ast
-import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
 from dkmsks.bench.prose import Prose
+from dkmsks.commands.bench import BENCHMARKS
 
 pytestmark = pytest.mark.unit
 
-#: Report module (read, not imported: the pipeline's imports Spark) and its template.
-REPORTS = [("dkmsks.bench.paper_report", "paper"), ("dkmsks.bench.core", "core"),
-           ("dkmsks.bench.pipeline", "pipeline"), ("dkmsks.bench.freshness", "freshness"),
-           ("dkmsks.bench.catalog", "catalog"), ("dkmsks.bench.append", "append"),
-           ("dkmsks.bench.kernel", "kernel"), ("dkmsks.bench.grid", "grid"),
-           ("dkmsks.bench.memory", "memory"), ("dkmsks.bench.rust", "rust")]
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE, SCRIPTS = REPO / "lib" / "dkmsks" / "bench", REPO / "bench"
+#: Report code (read, not imported: the pipeline's imports Spark) and its template: the
+#: package's benchmarks, then the scripts in bench/.
+REPORTS = [(PACKAGE / f"{module}.py", PACKAGE / "templates" / f"{template}.md")
+           for module, template in (("paper_report", "paper"), ("core", "core"), ("pipeline", "pipeline"),
+                                     ("freshness", "freshness"))]
+REPORTS += [(SCRIPTS / f"{name}.py", SCRIPTS / "templates" / f"{name}.md") for name in ("kernel", "memory", "rust")]
+IDS = [source.stem for source, _ in REPORTS]
 
 
-def source_tree(module: str) -> ast.Module:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    return ast.parse(Path(spec.origin).read_text())
+def source_tree(module: Path) -> ast.Module:
+    return ast.parse(module.read_text())
 
 
-def prose_calls(module: str) -> list[ast.Call]:
+def prose_calls(module: Path) -> list[ast.Call]:
     return [n for n in ast.walk(source_tree(module))
             if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "prose"]
 
@@ -42,21 +45,29 @@ def block_names(node: ast.expr) -> list[str]:
     return []
 
 
-def string_constants(module: str) -> set[str]:
+def string_constants(module: Path) -> set[str]:
     return {n.value for n in ast.walk(source_tree(module)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
-@pytest.mark.parametrize(("module", "template"), REPORTS)
-def test_every_block_asked_for_exists_and_every_block_is_used(module: str, template: str) -> None:
-    asked = {name for call in prose_calls(module) for name in block_names(call.args[0])}
-    blocks = set(Prose.load(template).blocks)
+def status_blocks(module: Path) -> set[str]:
+    """The blocks ``prose.status(ok)`` names, when the report calls it."""
+    calls = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "status"
+                and getattr(n.func.value, "id", "") == "prose" for n in ast.walk(source_tree(module)))
+    return {"status.met", "status.not_met"} if calls else set()
+
+
+@pytest.mark.parametrize(("module", "template"), REPORTS, ids=IDS)
+def test_every_block_asked_for_exists_and_every_block_is_used(module: Path, template: Path) -> None:
+    asked = {name for call in prose_calls(module) for name in block_names(call.args[0])} | status_blocks(module)
+    blocks = set(Prose.read(template).blocks)
     assert asked - blocks == set(), "asked for but not in the template"
-    assert blocks - string_constants(module) == set(), "in the template but never named by the report"
+    assert blocks - string_constants(module) - status_blocks(module) == set(), \
+        "in the template but never named by the report"
 
 
-@pytest.mark.parametrize(("module", "template"), REPORTS)
-def test_every_block_receives_the_values_it_names(module: str, template: str) -> None:
-    prose = Prose.load(template)
+@pytest.mark.parametrize(("module", "template"), REPORTS, ids=IDS)
+def test_every_block_receives_the_values_it_names(module: Path, template: Path) -> None:
+    prose = Prose.read(template)
     for call in prose_calls(module):
         if any(kw.arg is None for kw in call.keywords):
             continue  # values passed as **mapping: checked when the report renders
@@ -72,3 +83,18 @@ def test_wrapped_lines_are_joined_and_elements_kept_apart() -> None:
     assert prose("b") == "$5"
     with pytest.raises(KeyError, match="missing"):
         prose("c")
+
+
+def test_every_generated_section_of_the_docs_names_a_benchmark_that_writes_it() -> None:
+    """A section between ``<!-- begin: WRITER (generated ...) -->`` markers is rewritten by
+    ``dkm bench NAME`` (``freshness-10m``: the freshness benchmark at another size) or by a
+    script in bench/; a section whose benchmark is gone is a record, without markers."""
+    sections = [(doc.name, writer) for doc in sorted((REPO / "docs").glob("*.md"))
+                for writer in re.findall(r"<!-- begin: (\S+(?: \S+)*?) \(generated", doc.read_text())]
+    assert sections
+    for doc, writer in sections:
+        name = writer.removeprefix("dkm bench ")
+        if name != writer:
+            assert re.sub(r"-\d+[km]$", "", name) in BENCHMARKS, (doc, writer)
+        else:
+            assert writer.startswith("bench/") and (REPO / writer).is_file(), (doc, writer)

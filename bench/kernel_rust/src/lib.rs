@@ -1,5 +1,5 @@
 //! The warm lookup of `dkmsks.core.kernel.lookup` (`_lookup_warm` and `_warm_fitting`) written
-//! in Rust, for `dkm bench rust`: issue 18 asks for the compiled kernel to be numba or a Rust
+//! in Rust, for `bench/rust.py`: issue 18 asks for the compiled kernel to be numba or a Rust
 //! extension, chosen by measurement. This is the measurement's other side, not a product path.
 //!
 //! The same steps in the same order as the numba function, so that both return the same pairs

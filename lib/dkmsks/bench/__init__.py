@@ -1,12 +1,16 @@
 """Benchmarks, one module per ``dkm bench NAME`` (each with ``main(argv)``).
 
-- :mod:`.common` and :mod:`.stats`: what every benchmark shares: the real data, the machine and
-  the commit every saved result carries, result files, subprocesses, generated doc sections;
-  medians, ratios and the timing of repeated runs.
+- :mod:`.common`, :mod:`.stats` and :mod:`.prose`: what every benchmark shares: the real data
+  and its workloads, the machine and the commit every saved result carries, result files,
+  subprocesses, the workload flags and the end of every ``main``, generated doc sections;
+  medians, percentiles and ratios; the reports' sentences, in templates.
 - :mod:`.paper` (with :mod:`.paper_spark`, the report's numbers, plots and prose): the paper's
   Tables 2-3 and Figures 7-10 -> ``docs/paper-reproduction.md``.
-- :mod:`.core`, :mod:`.core_init`, :mod:`.partition`: the in-memory core.
+- :mod:`.core`: the in-memory core.
 - :mod:`.pipeline` (with :mod:`.naive_spark`, :mod:`.follow`), :mod:`.backlog`,
-  :mod:`.spot_check`: the Spark + Delta pipeline; :mod:`.append`: a run's commit (one journal
-  append) through Spark and through delta-rs; :mod:`.catalog`: session start per catalog design.
+  :mod:`.freshness`, :mod:`.spot_check`: the Spark + Delta pipeline and a live warehouse.
+
+The measurements behind decisions already made that are worth re-running are scripts in the
+repository's ``bench/`` folder, not modules of this package: ``kernel.py``, ``memory.py``,
+``rust.py``; they use :mod:`.common` as these do.
 """

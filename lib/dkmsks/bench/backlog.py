@@ -30,7 +30,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dkmsks.bench.common import DKM, REPO, ResultFile, dataset_path, run_command
+from dkmsks.bench.common import (
+    DKM,
+    REPO,
+    Report,
+    ResultFile,
+    add_workload_flags,
+    bench_main,
+    dataset_path,
+    run_command,
+)
 from dkmsks.bench.stats import mean, median
 
 PY = sys.executable
@@ -99,21 +108,17 @@ def metrics(warehouse: Path) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     """``dkm bench backlog``: run the benchmark; the exit status (1 when the export differs from the oracle)."""
     p = argparse.ArgumentParser(prog="dkm bench backlog", description=__doc__.splitlines()[0])
-    p.add_argument("--o-init", type=int, default=100_000)
-    p.add_argument("--subscriptions", type=int, default=100_000)
-    p.add_argument("--timestamps", type=int, default=1000)
-    p.add_argument("--objects-per-ts", type=int, default=1000)
-    p.add_argument("--inserts-per-ts", type=int, default=100)
-    p.add_argument("--deletes-per-ts", type=int, default=100)
-    p.add_argument("--k-max", type=int, default=10)
-    p.add_argument("--workers", type=int, default=20)
-    p.add_argument("--method", default="dkm", choices=["kop", "sop", "dkm"])
-    p.add_argument("--seed", type=int, default=7)
+    add_workload_flags(p, o_init=100_000, subscriptions=100_000, timestamps=1000, objects_per_ts=1000,
+                       inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=7, workers=20, method="dkm")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench-backlog")
     p.add_argument("--verify", choices=["auto", "yes", "no"], default="auto",
                    help="compare the last timestamp with dkm oracle (auto: when small enough)")
     p.add_argument("--partition-args", default="", help="extra flags for the partition job, e.g. '--gamma1 40'")
-    a = p.parse_args(argv)
+    return bench_main(p, argv, run)
+
+
+def run(a: argparse.Namespace) -> Report:
+    """Generate, ingest, partition, process the whole backlog in one run, check it; the report."""
     source = dataset_path("place", must_exist=True)
 
     work = a.workdir.resolve()
@@ -140,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps["microbatch"]["summary"] = [ln for ln in (logs / "microbatch.log").read_text().splitlines()
                                       if ln.startswith("processed")]
     verify = a.verify == "yes" or (a.verify == "auto" and a.subscriptions * a.timestamps <= 5e7)
-    if verify:  # before metrics(): the embedded metastore admits one JVM, and this process's stays up
+    if verify:
         step(dkm + ["export", "--warehouse", str(wh), "--out", str(work / "export.jsonl")], logs / "export.log")
         step(dkm + ["oracle", "--objects", str(objects), "--events", str(events), "--as-of", str(a.timestamps),
                     "--out", str(work / "oracle.jsonl")], logs / "oracle.log")
@@ -151,16 +156,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     m, mb = results.data["metrics"], steps["microbatch"]
     first, last = m["first_100"], m["last_100"]
-    print(f"\ncommit {results.data['commit']}\n")
-    print("| |O_init| | |S| | timestamps | m | one run | peak RSS | ledger | export = oracle |\n"
-          "|---|---|---|---|---|---|---|---|")
-    print(f"| {a.o_init:,} | {a.subscriptions:,} | {a.timestamps:,} | {a.workers} | {mb['seconds']:.0f} s | "
-          f"{mb['peak_rss_mb']:,} MiB | {m['ledger']['distinct']:,} distinct of {m['ledger']['rows']:,} rows | "
-          f"{results.data.get('export_equals_oracle', 'not checked')} |")
     prev = m["previous_100"] or {}  # none on a run shorter than 200 timestamps
-    print("\n| per timestamp | first 100 | the 100 before the last | last 100 |\n|---|---|---|---|")
-    for key in ("worker_ms_median", "worker_ms_mean", "knn_ms_median", "pairs_tested_mean", "pairs_in_ball_mean",
-                "work_max_over_mean", "live_subscriptions_mean"):
-        print(f"| {key} | {first[key]:,} | {format(prev[key], ',') if key in prev else '–'} | {last[key]:,} |")
-    print(f"\nrun phases: {m['run_phases_ms']}\nraw: {results.path}")
-    return 0 if results.data.get("export_equals_oracle", True) else 1
+    lines = [f"commit {results.data['commit']}", "",
+             "| |O_init| | |S| | timestamps | m | one run | peak RSS | ledger | export = oracle |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| {a.o_init:,} | {a.subscriptions:,} | {a.timestamps:,} | {a.workers} | {mb['seconds']:.0f} s | "
+             f"{mb['peak_rss_mb']:,} MiB | {m['ledger']['distinct']:,} distinct of {m['ledger']['rows']:,} rows | "
+             f"{results.data.get('export_equals_oracle', 'not checked')} |",
+             "", "| per timestamp | first 100 | the 100 before the last | last 100 |", "|---|---|---|---|"]
+    lines += [f"| {key} | {first[key]:,} | {format(prev[key], ',') if key in prev else '–'} | {last[key]:,} |"
+              for key in ("worker_ms_median", "worker_ms_mean", "knn_ms_median", "pairs_tested_mean",
+                          "pairs_in_ball_mean", "work_max_over_mean", "live_subscriptions_mean")]
+    lines += ["", f"run phases: {m['run_phases_ms']}", f"raw: {results.path}"]
+    failure = "" if results.data.get("export_equals_oracle", True) else \
+        f"dkm export at t = {a.timestamps} differs from dkm oracle"
+    return Report("dkm bench backlog", "\n".join(lines), failure)

@@ -1,5 +1,7 @@
-"""What every benchmark shares: the real data, the machine and the commit a result came from,
-result files, commands run in a subprocess, and the generated sections of the docs.
+"""What every benchmark shares: the real data and its workloads, the machine and the commit a
+result came from, result files, commands run in a subprocess, the command line (the workload
+flags, ``--quick``, ``--doc``) and the end of every ``main`` (:func:`bench_main`: print the
+report, write its section of the docs, the exit status).
 
 Benchmarks may read files, clocks and the environment (unlike :mod:`dkmsks.core`); they
 measure the core and the pipeline. Every result a benchmark saves carries
@@ -8,6 +10,7 @@ measure the core and the pipeline. Every result a benchmark saves carries
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import functools
@@ -22,14 +25,16 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dkmsks.core.model import KeywordSets, Objects, Vocabulary
+from dkmsks.core.config import PARAMETERS
+from dkmsks.core.model import KeywordSets, Objects, SubscriptionEvents, Vocabulary
+from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 #: ``lib/dkmsks/bench`` -> repository root.
 REPO = Path(__file__).resolve().parents[3]
@@ -76,6 +81,14 @@ def load_objects(path: Path, n: int) -> tuple[Objects, Vocabulary]:
                       df["y"].to_numpy(np.float64), KeywordSets.from_lists(rows),
                       df["t"].to_numpy(np.int64))
     return objects, vocab
+
+
+def paper_workload(spec: WorkloadSpec, dataset: str = "place") -> tuple[Objects, SubscriptionEvents, Vocabulary]:
+    """The workload ``spec`` generated the paper's way (docs/design.md §5) from the real data set
+    ``dataset``: its objects (``O_init`` and the stream), its subscription events, its keywords."""
+    source, vocab = load_objects(dataset_path(dataset, must_exist=True), spec.objects_needed)
+    objects, events = generate_workload(source, spec)
+    return objects, events, vocab
 
 
 # --------------------------------------------------------------------------- machine and commit
@@ -199,6 +212,17 @@ class ResultFile:
         """Write the results to the JSON file (its folder is created)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
+
+    def head(self) -> dict[str, str]:
+        """What a report's head says of the run: the commit, the date, the CPU and its cores, and
+        the load average before and after it (the steps ``load_before`` and ``load_after``, when
+        recorded)."""
+        d, steps = self.data, self.data["steps"]
+        out = {"commit": d["commit"], "date": d["date"], "machine": d["machine"].get("cpu", ""),
+               "nproc": d["machine"]["nproc"]}
+        out.update({key: f"{steps[step]:.1f}" for key, step in (("load", "load_before"), ("load_after", "load_after"))
+                    if step in steps})
+        return out
 
 
 # --------------------------------------------------------------------------- subprocesses
@@ -344,12 +368,146 @@ def run_command(cmd: Sequence[str], log: Path, *, timeout: float | None = None,
                       peak.stop() / 2**20 if peak is not None else None, timed_out)
 
 
+# --------------------------------------------------------------------------- command lines
+#: The flags of a workload generated the paper's way (docs/design.md §5), declared once for
+#: every benchmark that takes them: a field of :class:`~dkmsks.core.workload.WorkloadSpec`,
+#: its flags (``dkm generate``'s; ``--objects`` is another name for ``--o-init``) and its help.
+WORKLOAD_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "o_init": (("--o-init", "--objects"), "|O_init|, the objects at t = 0"),
+    "subscriptions": (("--subscriptions",), "|S|, the initial subscriptions"),
+    "timestamps": (("--timestamps",), "T, the stream's timestamps"),
+    "objects_per_ts": (("--objects-per-ts",), "objects per timestamp"),
+    "inserts_per_ts": (("--inserts-per-ts",), "insertions per timestamp"),
+    "deletes_per_ts": (("--deletes-per-ts",), "deletions per timestamp"),
+    "k_max": (("--k-max",), "k is uniform in [1, k_max]"),
+    "seed": (("--seed",), "the workload's seed"),
+}
+_TUNING = {p.name: p for p in PARAMETERS}
+
+
+def add_workload_flags(parser: argparse.ArgumentParser, *, helps: Mapping[str, str] | None = None,
+                       **defaults: Any) -> None:
+    """The flags named in ``defaults``, each with this benchmark's default: the workload's
+    (:data:`WORKLOAD_FLAGS`) and the tuning parameters' (``--workers``, ``--method``, ``--theta``,
+    ... as :data:`dkmsks.core.config.PARAMETERS` declares them). ``helps`` replaces a flag's
+    help where the benchmark gives it a narrower meaning (``--timestamps``: the timed ones); a
+    default of ``None`` (the benchmark's own configuration decides) is left to that help to say."""
+    group = parser.add_argument_group("workload and partitioning")
+    for name, default in defaults.items():
+        if name in WORKLOAD_FLAGS:
+            flags, text = WORKLOAD_FLAGS[name]
+            kind: Any = int
+            choices = None
+        else:
+            par = _TUNING[name]
+            flags, text = (par.flag,), par.help
+            kind, choices = (str, par.choices) if par.choices is not None else (par.kind, None)
+        text = (helps or {}).get(name, text)
+        group.add_argument(*flags, dest=name, type=kind, choices=choices, default=default,
+                           help=text if default is None else f"{text} ({_number(default)})")
+
+
+def add_quick_flag(parser: argparse.ArgumentParser, summary: str, **values: Any) -> None:
+    """``--quick``: a small run, ``values`` standing for the defaults of the flags (declared
+    before) that are not given; each flag's help says both defaults."""
+    sizes = {}
+    for action in parser._actions:
+        if action.dest not in values:
+            continue
+        full, quick = action.default, values[action.dest]
+        text = (action.help or "").replace("%(default)s", _number(full))
+        note = f"--quick: {_number(quick)}"
+        action.help = f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"
+        action.default = None  # not given: parse_args puts the full or the quick value
+        sizes[action.dest] = (full, quick)
+    if set(values) - set(sizes):
+        raise ValueError(f"--quick names flags that are not declared: {sorted(set(values) - set(sizes))}")
+    parser.add_argument("--quick", action="store_true", help=summary)
+    parser.set_defaults(_quick_sizes=sizes)
+
+
+def _number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def add_doc_flags(parser: argparse.ArgumentParser, *, default: Path | None = None) -> None:
+    """``--doc FILE`` (or ``--docs``): write the report's section into this Markdown file; with
+    ``default``, the file written without ``--doc`` (none with ``--quick``), and ``--no-docs``."""
+    where = ""
+    if default is not None:
+        where = f" (default {default.relative_to(REPO) if default.is_relative_to(REPO) else default}; --quick: none)"
+    parser.add_argument("--doc", "--docs", dest="doc", type=Path, default=None,
+                        help="write the report's section into this Markdown file" + where)
+    if default is not None:
+        parser.add_argument("--no-docs", action="store_true", help="print the report only")
+    parser.set_defaults(_default_doc=default)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` with ``--quick``'s values (:func:`add_quick_flag`) standing
+    for the defaults of the flags not given, and the file the report goes to as ``doc``."""
+    args = parser.parse_args(argv)
+    for dest, (full, quick) in vars(args).pop("_quick_sizes", {}).items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, quick if args.quick else full)
+    default = vars(args).pop("_default_doc", None)
+    if default is not None and args.doc is None and not (getattr(args, "quick", False) or args.no_docs):
+        args.doc = default
+    return args
+
+
+def workload_spec(args: argparse.Namespace, **over: int) -> WorkloadSpec:
+    """The workload of the flags in ``args`` (:func:`add_workload_flags`; the paper's rates for
+    those the benchmark does not take), with the fields of ``over`` replaced."""
+    fields = {name: getattr(args, name) for name in WORKLOAD_FLAGS if hasattr(args, name)}
+    return WorkloadSpec(**{**fields, **over})
+
+
+class Refused(Exception):
+    """Flags a benchmark cannot use, found once it looks at its input (a warehouse with too few
+    pending timestamps): reported as a usage error, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a benchmark's run ends with: its Markdown ``text``, the generated ``section`` of the
+    docs it replaces (the markers' name: ``dkm bench core``, ``bench/kernel.py``), and, when one
+    of its own checks failed (results that differ), why: then no section is written."""
+
+    section: str
+    text: str
+    failure: str = ""
+
+
+def bench_main(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+               run: Callable[[argparse.Namespace], Report]) -> int:
+    """What every benchmark's ``main`` does: parse the flags (:func:`parse_args`), run, print the
+    report and write its section into ``--doc``'s file; the exit status: 0, 1 when one of the
+    run's checks failed, 2 for flags it refused (:class:`Refused`)."""
+    args = parse_args(parser, argv)
+    try:
+        report = run(args)
+    except Refused as err:
+        parser.error(str(err))
+    if report.text:
+        print(report.text)
+    if report.failure:
+        say(f"{parser.prog}: {report.failure}")
+        return 1
+    doc: Path | None = getattr(args, "doc", None)
+    if doc is not None:
+        write_doc_section(doc, report.section, report.text)
+        say(f"wrote the section {report.section!r} of {doc}")
+    return 0
+
+
 # --------------------------------------------------------------------------- generated docs
-def write_doc_section(path: Path, name: str, text: str) -> None:
-    """Replace the section ``name`` of the markdown file ``path`` (between its markers, written
-    by ``dkm bench NAME``), or append it; the rest of the file is kept."""
-    begin = f"<!-- begin: dkm bench {name} (generated; edits inside are overwritten) -->"
-    end = f"<!-- end: dkm bench {name} -->"
+def write_doc_section(path: Path, section: str, text: str) -> None:
+    """Replace the section ``section`` of the markdown file ``path`` (between its markers,
+    ``<!-- begin: SECTION ...`` and ``<!-- end: SECTION -->``, where ``section`` names what
+    writes it: ``dkm bench core``, ``bench/kernel.py``), or append it; the rest of the file is kept."""
+    begin = f"<!-- begin: {section} (generated; edits inside are overwritten) -->"
+    end = f"<!-- end: {section} -->"
     block = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.exists() else "# Benchmarks\n\n"
     pattern = re.compile(re.escape(begin.split(" (")[0]) + r".*?" + re.escape(end) + r"\n?", re.S)

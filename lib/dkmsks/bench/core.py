@@ -23,7 +23,7 @@ SOP with the paper's estimate (``new_cost="paper"``), to show why, and DkM-SKS o
 without insertions, to show what imbalance the initial partition alone leaves.
 
 Usage: ``dkm bench core [--quick] [--runs R] [--no-docs]``. ``--quick`` runs small sizes
-(50k objects, 50k subscriptions, 5 timestamps, one run) and writes docs only when ``--docs PATH``
+(50k objects, 50k subscriptions, 5 timestamps, one run) and writes docs only when ``--doc PATH``
 is given.
 """
 
@@ -33,20 +33,23 @@ import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from dkmsks.bench.common import (
     REPO,
-    dataset_path,
+    Report,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
     describe_machine,
     git_commit,
     load_average,
-    load_objects,
     machine,
+    paper_workload,
     utc_now,
-    write_doc_section,
+    workload_spec,
 )
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, ratio
@@ -56,7 +59,6 @@ from dkmsks.core.model import Op, data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.worker_index import DEFAULT_GRID
-from dkmsks.core.workload import WorkloadSpec, generate_workload
 
 DOCS = REPO / "docs" / "benchmarks.md"
 prose = Prose.load("core")
@@ -136,46 +138,33 @@ def run_stream(method: str, new_cost: str, space, workers: int, plan, stats, knn
 def main(argv: Sequence[str] | None = None) -> int:
     """``dkm bench core``: run the benchmark and write its report; the exit status."""
     ap = argparse.ArgumentParser(prog="dkm bench core", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, one run")
-    ap.add_argument("--objects", type=int, default=None, help="|O_init| (1,000,000; quick 50,000)")
-    ap.add_argument("--subscriptions", type=int, default=None, help="|S| (1,000,000; quick 50,000)")
-    ap.add_argument("--timestamps", type=int, default=None, help="T (20; quick 5)")
-    ap.add_argument("--runs", type=int, default=None, help="runs of the stream (3; quick 1)")
+    add_workload_flags(ap, o_init=1_000_000, subscriptions=1_000_000, timestamps=20, k_max=10, seed=7, workers=20,
+                       theta=20, gamma1=100_000, gamma2=20, grid=DEFAULT_GRID, new_cost="live")
+    ap.add_argument("--runs", type=int, default=3, help="runs of the stream (%(default)s)")
     ap.add_argument("--partition-runs", type=int, default=None,
                     help="runs of the initial phase (default: --runs)")
-    ap.add_argument("--workers", type=int, default=20)
-    ap.add_argument("--theta", type=int, default=20)
-    ap.add_argument("--gamma1", type=int, default=100_000)
-    ap.add_argument("--gamma2", type=int, default=20)
-    ap.add_argument("--k-max", type=int, default=10)
-    ap.add_argument("--grid", type=int, default=DEFAULT_GRID)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--new-cost", choices=("paper", "live"), default="live")
     ap.add_argument("--extras", action=argparse.BooleanOptionalAction, default=True,
                     help="also run, once: DkM-SKS and SOP with the other estimate, and DkM-SKS "
                          "without insertions (the imbalance left by the initial partition alone)")
-    ap.add_argument("--docs", type=Path, default=None,
-                    help=f"markdown file to write the section into (default {DOCS.relative_to(REPO)}; "
-                         "quick: none)")
-    ap.add_argument("--no-docs", action="store_true")
-    a = ap.parse_args(argv)
-    n_obj = a.objects or (50_000 if a.quick else 1_000_000)
-    n_sub = a.subscriptions or (50_000 if a.quick else 1_000_000)
-    T = a.timestamps or (5 if a.quick else 20)
-    runs = a.runs or (1 if a.quick else 3)
+    add_quick_flag(ap, "small sizes, one run", o_init=50_000, subscriptions=50_000, timestamps=5, runs=1)
+    add_doc_flags(ap, default=DOCS)
+    return bench_main(ap, argv, run)
+
+
+def run(a: argparse.Namespace) -> Report:
+    """Measure every variant's initial phase and stream; the report."""
+    runs = a.runs
     p_runs = a.partition_runs or runs
-    docs = None if a.no_docs else (a.docs or (None if a.quick else DOCS))
     methods = ["kop", "sop", "dkm"]
     other = "paper" if a.new_cost == "live" else "live"
 
     t_start, load_start = time.perf_counter(), load_average()
-    spec = WorkloadSpec(o_init=n_obj, subscriptions=n_sub, timestamps=T, k_max=a.k_max, seed=a.seed)
-    source, vocab = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
-    objects, events = generate_workload(source, spec)
+    spec = workload_spec(a)
+    objects, events, vocab = paper_workload(spec)
     o_init, subs = initial_phase(objects, events)
     space = data_space(o_init, subs)
     n_kw = len(vocab)
-    print(f"loaded {len(o_init):,} objects, {len(subs):,} subscriptions, {T} timestamps, "
+    print(f"loaded {len(o_init):,} objects, {len(subs):,} subscriptions, {spec.timestamps} timestamps, "
           f"{n_kw:,} keywords in {time.perf_counter() - t_start:.1f}s", flush=True)
 
     variants = [Variant(m, a.new_cost) for m in methods]
@@ -217,19 +206,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             del plan
         del knn_index, knn, stats
 
-    params = {"|O_init|": n_obj, "|S|": n_sub, "timestamps": T, "m": a.workers, "θ": a.theta,
-              "γ1": a.gamma1, "γ2": a.gamma2, "k_max": a.k_max, "grid G": a.grid, "seed": a.seed,
+    params = {"|O_init|": spec.o_init, "|S|": spec.subscriptions, "timestamps": spec.timestamps, "m": a.workers,
+              "θ": a.theta, "γ1": a.gamma1, "γ2": a.gamma2, "k_max": a.k_max, "grid G": a.grid, "seed": a.seed,
               "objects/ts": spec.objects_per_ts, "inserts/ts": spec.inserts_per_ts,
               "deletes/ts": spec.deletes_per_ts, "new-subscription cost": a.new_cost, "runs": runs,
               "partition runs": p_runs}
     text = report(variants, extra, median(knn_s), median(stats_s), params,
                   "dkm bench core" + (" --quick" if a.quick else ""), time.perf_counter() - t_start,
                   (load_start, load_average()))
-    print(text)
-    if docs is not None:
-        write_doc_section(docs, "core", text)
-        print(f"wrote {docs}")
-    return 0
+    return Report("dkm bench core", text)
 
 
 def fmt_ms(s: float) -> str:
@@ -302,20 +287,16 @@ def report(variants: list[Variant], extra: list[Variant], knn_s: float, stats_s:
     work_ratio = ratios["kop"][0]
     out.append("\n".join([
         prose("targets"),
-        prose("target.partition", status=_status(total["dkm"] <= TARGET_PARTITION_S),
+        prose("target.partition", status=prose.status(total["dkm"] <= TARGET_PARTITION_S),
               limit=f"{TARGET_PARTITION_S / 60:g} min", total=f"{total['dkm']:.1f}", knn=f"{knn_s:.1f}",
               stats=f"{stats_s:.1f}", partition=f"{part['dkm']:.1f}", indexes=f"{load['dkm']:.1f}"),
-        prose("target.update", status=_status(upd_wall <= TARGET_UPDATE_S), limit=f"{TARGET_UPDATE_S:g} s",
+        prose("target.update", status=prose.status(upd_wall <= TARGET_UPDATE_S), limit=f"{TARGET_UPDATE_S:g} s",
               median=f"{1e3 * upd_wall:.0f}", m=params["m"],
               worst=f"{1e3 * max(max(r.per_ts('wall')) for r in d.runs):.0f}"),
-        prose("target.work", status=_status(work_ratio <= TARGET_WORK_RATIO),
+        prose("target.work", status=prose.status(work_ratio <= TARGET_WORK_RATIO),
               inverse_limit=f"{1 / TARGET_WORK_RATIO:,.0f}", ratio=f"{work_ratio:.2e}", T=len(ts),
               inverse=f"{1 / work_ratio:,.0f}"),
-        prose("target.imbalance", status=_status(median(imb) <= TARGET_IMBALANCE), limit=f"{TARGET_IMBALANCE:g}",
+        prose("target.imbalance", status=prose.status(median(imb) <= TARGET_IMBALANCE), limit=f"{TARGET_IMBALANCE:g}",
               median=f"{median(imb):.2f}", worst=f"{max(imb):.2f}", within=sum(x <= TARGET_IMBALANCE for x in imb),
               T=len(imb))]))
     return "\n\n".join(out)
-
-
-def _status(ok: bool) -> str:
-    return prose("status.met" if ok else "status.not_met")

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dkmsks.bench.common import provenance
+from dkmsks.bench.common import Refused, Report, bench_main, provenance
 from dkmsks.bench.stats import median
 
 
@@ -48,11 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: follow mode's)")
     p.add_argument("--json", type=Path, default=None,
                    help="write the measurements here (with the commit, the machine and the parameters)")
-    args = p.parse_args(argv)
+    return bench_main(p, argv, run)
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Start a follow session on the warehouse and time its rounds; the report (and ``--json``)."""
     if args.timestamps < 1 or args.backlog < 0 or args.repeats < 1:
-        p.error("--timestamps and --repeats take a number >= 1, --backlog one >= 0")
+        raise Refused("--timestamps and --repeats take a number >= 1, --backlog one >= 0")
     if args.task_changes_from is not None and args.task_changes_from < 0:
-        p.error("--task-changes-from takes a number >= 0")
+        raise Refused("--task-changes-from takes a number >= 0")
 
     from dkmsks.jobs.follow import FollowSession
     from dkmsks.spark.session import build_session
@@ -67,9 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     pending = pending_timestamps(lake, last_processed(lake)) if info else []
     need = args.timestamps + args.backlog * args.repeats
     if info is None or len(pending) < need:
-        print(f"need a partitioned warehouse with >= {need} pending timestamps "
-              f"(found {len(pending)}); publish more with `dkm publish`", file=sys.stderr)
-        return 2
+        raise Refused(f"need a partitioned warehouse with >= {need} pending timestamps "
+                      f"(found {len(pending)}); publish more with `dkm publish`")
     slots = args.slots or info.workers + 2
     spark = build_session(warehouse, app_name="bench-follow", master=f"local[{slots}]")
     out: dict = {**provenance(spark=True), "params": {k: str(v) for k, v in vars(args).items()},
@@ -107,13 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out["rounds"] = rounds
     out["median_s"] = median(totals)
     out["median_phases_s"] = {k: median([r["phases_s"].get(k, 0.0) for r in rounds]) for k in phases}
-    print(f"plan {info.plan_version} ({info.method}, m={info.workers}), local[{slots}]")
-    print(f"start-up (main server + {info.workers} warm workers built from the state): {out['startup_s']:.1f} s")
-    print(f"per timestamp over {len(totals)} rounds: median {out['median_s']:.2f} s "
-          f"(min {min(totals):.2f}, max {max(totals):.2f})")
+    lines = [f"plan {info.plan_version} ({info.method}, m={info.workers}), local[{slots}]",
+             f"start-up (main server + {info.workers} warm workers built from the state): {out['startup_s']:.1f} s",
+             f"per timestamp over {len(totals)} rounds: median {out['median_s']:.2f} s "
+             f"(min {min(totals):.2f}, max {max(totals):.2f})"]
     for k in phases:
         v = [r["phases_s"].get(k, 0.0) for r in rounds]
-        print(f"  {k:<8} median {median(v):.3f} s (min {min(v):.3f}, max {max(v):.3f})")
+        lines.append(f"  {k:<8} median {median(v):.3f} s (min {min(v):.3f}, max {max(v):.3f})")
     if catch_up:
         # The median round stands for the run ("backlog", as the pipeline benchmark reads it).
         rates = [c["objects_per_s"] for c in catch_up]
@@ -124,16 +126,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         out["one_timestamp_objects_per_s"] = one_at_a_time
         b = out["backlog"]
         if len(catch_up) == 1:
-            print(f"warm catch-up: 1 round of {b['timestamps']} timestamps, {b['objects']:,} objects in "
-                  f"{b['seconds']:.1f} s = {rates[0]:,.0f} objects/s")
+            lines.append(f"warm catch-up: 1 round of {b['timestamps']} timestamps, {b['objects']:,} objects in "
+                         f"{b['seconds']:.1f} s = {rates[0]:,.0f} objects/s")
         else:
-            print(f"warm catch-up: {len(catch_up)} rounds of {args.backlog} timestamps ({b['objects']:,} objects in "
-                  f"the median one): median {median(rates):,.0f} objects/s (min {min(rates):,.0f}, "
-                  f"max {max(rates):,.0f})")
+            lines.append(f"warm catch-up: {len(catch_up)} rounds of {args.backlog} timestamps ({b['objects']:,} "
+                         f"objects in the median one): median {median(rates):,.0f} objects/s "
+                         f"(min {min(rates):,.0f}, max {max(rates):,.0f})")
         if one_at_a_time:
-            print(f"  {median(rates) / one_at_a_time:.1f}x the one-timestamp rounds of this run "
-                  f"({one_at_a_time:,.0f} objects/s)")
+            lines.append(f"  {median(rates) / one_at_a_time:.1f}x the one-timestamp rounds of this run "
+                         f"({one_at_a_time:,.0f} objects/s)")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    return 0
+    return Report("dkm bench follow", "\n".join(lines))
 

@@ -35,13 +35,18 @@ from pathlib import Path
 
 from dkmsks.bench.common import (
     REPO,
+    Report,
     ResultFile,
     TreeMemory,
-    dataset_path,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
     load_average,
+    paper_workload,
     run_command,
     say,
-    write_doc_section,
+    workload_spec,
 )
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, percentile
@@ -181,10 +186,9 @@ def stream_already_processed(warehouse: object) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace) -> dict:
     """Publish the workload timestamp by timestamp and measure when each becomes visible."""
     from dkmsks.client import Client
-    from dkmsks.core.workload import WorkloadSpec, generate_workload
     from dkmsks.io.writers import write_events, write_objects
     from dkmsks.warehouse import Warehouse
 
@@ -200,12 +204,7 @@ def run(args: argparse.Namespace) -> dict:
     warehouse = Warehouse(work / "warehouse")
     if not (args.keep and events.exists()):
         shutil.rmtree(work, ignore_errors=True)
-        from dkmsks.bench.common import load_objects
-
-        spec = WorkloadSpec(o_init=args.o_init, subscriptions=args.subscriptions, timestamps=total_t,
-                            objects_per_ts=1000, inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=args.seed)
-        source, vocab = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
-        objs, evs = generate_workload(source, spec)
+        objs, evs, vocab = paper_workload(workload_spec(args, timestamps=total_t))
         workload.mkdir(parents=True, exist_ok=True)
         write_objects(objects, objs, vocab)
         write_events(events, evs, vocab)
@@ -365,16 +364,17 @@ def report(d: dict) -> str:
               fresh_sql_p50=f"{s['fresh_sql_p50']:.2f}", fresh_sql_p95=f"{s['fresh_sql_p95']:.2f}",
               query_p50=f"{s['query_p50']:.2f}", query_p95=f"{s['query_p95']:.2f}", queries=s["queries"],
               catchup=f"{s['catchup_ops']:,.0f}", burst_objects=f"{b['objects']:,}", burst_s=f"{b['seconds']:.1f}",
-              publish_ok=_ok(met["publish_p50"]), fresh_ok=_ok(met["fresh_p50"] and met["fresh_p95"]),
-              fresh_sql_ok=_ok(s["fresh_sql_p50"] <= TARGETS["fresh_p50"]
-                               and s["fresh_sql_p95"] <= TARGETS["fresh_p95"]),
-              query_ok=_ok(met["query_p50"]), catchup_ok=_ok(met["catchup_ops"])),
+              publish_ok=prose.status(met["publish_p50"]),
+              fresh_ok=prose.status(met["fresh_p50"] and met["fresh_p95"]),
+              fresh_sql_ok=prose.status(s["fresh_sql_p50"] <= TARGETS["fresh_p50"]
+                                        and s["fresh_sql_p95"] <= TARGETS["fresh_p95"]),
+              query_ok=prose.status(met["query_p50"]), catchup_ok=prose.status(met["catchup_ops"])),
         prose("lag.bounded" if bounded else "lag.grows", first=f"{s['first_third']:.2f}",
               last=f"{s['last_third']:.2f}"),
         *([service(d)] if "follow_startup_s" in d["steps"] else []),
         *([prose("readers", subs=f"{p['subscriptions']:,}", runs=p.get("reader_runs", 3)),
            "\n".join(["| reader | median (s) | ≤ 2 s |", "|---|---:|---|",
-                      *(f"| {name} | {sec:.2f} | {_ok(sec <= READER_TARGET)} |"
+                      *(f"| {name} | {sec:.2f} | {prose.status(sec <= READER_TARGET)} |"
                         for name, sec in d["steps"]["readers"].items())])]
           if "readers" in d["steps"] else []),
     ])
@@ -388,14 +388,14 @@ def service(d: dict) -> str:
     initial = st.get("initial_peak_gib")
     initial_row = (prose("service.initial", initial_s=f"{st['initial_phase_s']:,.0f}", initial_gib=f"{initial:.1f}",
                          initial_commit=str(st.get("initial_phase_commit", d["commit"]))[:7],
-                         initial_ok=_ok(initial <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper())
+                         initial_ok=prose.status(initial <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper())
                    if initial is not None and "initial_phase_s" in st else "")
     return "\n\n".join(["\n".join([
         prose("service", m=d["params"]["workers"], startup_s=f"{st['follow_startup_s']:,.0f}",
               sampling=st.get("memory_sampling", EVERY_SAMPLING),
-              startup_ok=_ok(st["follow_startup_s"] <= STARTUP_TARGET_S),
+              startup_ok=prose.status(st["follow_startup_s"] <= STARTUP_TARGET_S),
               startup_gib=f"{st['startup_peak_gib']:.1f}", peak_gib=f"{st['peak_gib']:.1f}",
-              peak_ok=_ok(st["peak_gib"] <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper(),
+              peak_ok=prose.status(st["peak_gib"] <= PEAK_TARGET_GIB), measure=st["memory_measure"].upper(),
               parts=", ".join(f"{name} {gib:.1f}" for name, gib in parts.items())),
         *([initial_row] if initial_row else []),
     ]), prose("memory.pss" if st["memory_measure"] == "pss" else "memory.rss")])
@@ -426,40 +426,32 @@ def _short(n: int) -> str:
     return str(n)
 
 
-def _ok(met: bool) -> str:
-    return prose("met" if met else "not_met")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``dkm bench freshness`` (or, with ``--reader``, the SQL reader process); the exit status."""
     if argv and argv[0] == "--reader":
         return reader_main(argv[1], argv[2], argv[3], float(argv[4]))
     p = argparse.ArgumentParser(prog="dkm bench freshness", description=__doc__.splitlines()[0])
-    p.add_argument("--o-init", type=int, default=1_000_000)
-    p.add_argument("--subscriptions", type=int, default=1_000_000)
-    p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
-    p.add_argument("--timestamps", type=int, default=60, help="published one per --interval (%(default)s)")
+    add_workload_flags(p, o_init=1_000_000, subscriptions=1_000_000, timestamps=60, seed=7, workers=20,
+                       helps={"timestamps": "timestamps published one per --interval"})
     p.add_argument("--interval", type=float, default=2.0, help="seconds between publishes (%(default)s)")
     p.add_argument("--burst", type=int, default=100, help="then this many timestamps in one call (%(default)s)")
     p.add_argument("--poll", type=float, default=0.1, help="follow mode's poll interval (%(default)s)")
-    p.add_argument("--seed", type=int, default=7)
     p.add_argument("--reader-runs", type=int, default=3, help="runs of each Spark-free reader (%(default)s)")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "freshness")
     p.add_argument("--keep", action="store_true", help="reuse the workload and warehouse of an earlier run")
-    p.add_argument("--quick", action="store_true", help="20k/20k, m = 4, 10 + 10 timestamps")
-    p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
     p.add_argument("--report-only", type=Path, default=None, help="render an earlier results.json")
     p.add_argument("--section", default=None,
                    help="the section of --doc to write (freshness at |S| = 1M, else freshness-10m etc.)")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.o_init, args.subscriptions, args.workers, args.timestamps, args.burst = 20_000, 20_000, 4, 10, 10
-    data = json.loads(args.report_only.read_text()) if args.report_only else run(args)
-    text = report(data)
-    print(text)
-    if args.doc:
-        write_doc_section(args.doc, args.section or section(data["params"]), text)
-    return 0
+    add_quick_flag(p, "20k/20k, m = 4, 10 + 10 timestamps", o_init=20_000, subscriptions=20_000, workers=4,
+                   timestamps=10, burst=10)
+    add_doc_flags(p)
+    return bench_main(p, argv, run)
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Measure (or reread a ``results.json``); the report, for its section of the docs."""
+    data = json.loads(args.report_only.read_text()) if args.report_only else measure(args)
+    return Report("dkm bench " + (args.section or section(data["params"])), report(data))
 
 
 if __name__ == "__main__":

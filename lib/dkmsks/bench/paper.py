@@ -34,7 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, available_memory_gib, dataset_path, load_average, load_objects, say
+from dkmsks.bench.common import (
+    REPO,
+    add_workload_flags,
+    available_memory_gib,
+    dataset_path,
+    load_average,
+    load_objects,
+    say,
+)
 from dkmsks.bench.paper_points import FIGURES, PaperConfig, Point, Store, point_record
 from dkmsks.core.config import PARAMETERS
 
@@ -310,10 +318,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="which experiments to measure: tables (Tables 2-3 and the targets at the default "
                         "setting), fig7, ps2long (PS²Stream alone at the default setting over the Figure 7 "
                         "timestamps), fig8, fig9, fig10 (all)")
-    q.add_argument("--o-init", type=int, default=None, help=f"|O_init| ({d.o_init:,})")
-    q.add_argument("--subscriptions", type=int, default=None, help=f"|S| default ({d.subs:,})")
-    q.add_argument("--workers", type=int, default=None, help=f"m default ({d.m})")
-    q.add_argument("--k-max", type=int, default=None, help=f"k_max default ({d.k_max})")
+    add_workload_flags(q, o_init=None, subscriptions=None, workers=None, k_max=None, seed=None,
+                       helps={"o_init": f"|O_init| ({d.o_init:,})", "subscriptions": f"|S| default ({d.subs:,})",
+                              "workers": f"m default ({d.m})", "k_max": f"k_max default ({d.k_max})",
+                              "seed": f"workload seed ({d.seed})"})
     q.add_argument("--t-series", type=int, default=None, help=f"timestamps of Figure 7 and the tables ({d.t_series})")
     q.add_argument("--t-table", type=int, default=None,
                    help="timestamps of the Tables 2-3 points (default: --t-series, i.e. the Figure 7 run)")
@@ -332,7 +340,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     q.add_argument("--subs-values-twitter", type=_ints, default=None,
                    help="Figure 9 values of |S| on the Twitter stand-in (default: --subs-values)")
     q.add_argument("--k-values", type=_ints, default=None, help=f"Figure 10 values of k_max ({_csv(d.k_values)})")
-    q.add_argument("--seed", type=int, default=None, help=f"workload seed ({d.seed})")
     for name in ("ps2_theta", "ps2_rho", "ps2_alpha", "ps2_beta", "ps2_new"):
         par = PARAMETER_BY_NAME[name]
         q.add_argument(par.flag, default=None, help=f"{par.help} ({getattr(d, name)})")

@@ -82,10 +82,6 @@ def _row(*cells: object) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _status(ok: bool) -> str:
-    return prose("status.met" if ok else "status.not_met")
-
-
 # --------------------------------------------------------------------------- document
 def write_report(cfg: PaperConfig, store: Store, docs: Path, img: Path, *, command: str,
                  spark_points: list[Any] | None = None, previous: str | None = None) -> None:
@@ -252,16 +248,16 @@ def _targets(res: Results) -> str:
     if not (d and k and s):
         return ""
     rows = [prose("targets"),
-            prose("target.update", status=_status(d["update"] < k["update"] and d["update"] < s["update"]),
+            prose("target.update", status=prose.status(d["update"] < k["update"] and d["update"] < s["update"]),
                   dkm=f1(d["update"]), kop=f1(k["update"]), sop=f1(s["update"]), n=int(d["n"]),
                   dkm_median=f1(d["update_med"]), kop_median=f1(k["update_med"]), sop_median=f1(s["update_med"])),
-            prose("target.balance", status=_status(d["balance"] < k["balance"] and d["balance"] < s["balance"]),
+            prose("target.balance", status=prose.status(d["balance"] < k["balance"] and d["balance"] < s["balance"]),
                   dkm=f1(d["balance"]), kop=f1(k["balance"]), sop=f1(s["balance"]),
                   dkm_median=f1(d["balance_med"]), kop_median=f1(k["balance_med"]), sop_median=f1(s["balance_med"]),
                   dkm_imbalance=f2(d["imbalance"]), kop_imbalance=f2(k["imbalance"]),
                   sop_imbalance=f2(s["imbalance"]))]
     r = ratio(d["work"], k["work"])
-    rows.append(prose("target.work", status=_status(r <= WORK_TARGET), ratio=f"{r:.2e}",
+    rows.append(prose("target.work", status=prose.status(r <= WORK_TARGET), ratio=f"{r:.2e}",
                       inverse=f"{1 / r:,.0f}", dkm=f0(d["work"]), kop=f0(k["work"])))
     trends = {nc: res.series_growth("place", "sop", nc) for nc in ("live", "paper")}
     if all(g is None for g in trends.values()):  # no Figure 7 run in this report

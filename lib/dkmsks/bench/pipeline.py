@@ -12,16 +12,16 @@ One command, one Spark session (``local[2]`` by default), one warehouse under ``
 4. naive Spark (:mod:`dkmsks.bench.naive_spark`): the keyword join + window top-k + MERGE a user would
    write, seeded with the pipeline's state, timed on ``--naive`` timestamps;
 5. follow mode (``dkm bench follow`` in a subprocess on ``local[m + 2]``, after this
-   benchmark's session stops: the embedded metastore admits one JVM): ``--latency`` rounds of one
-   timestamp each with warm worker tasks, then one round over ``--warm-backlog`` pending
-   timestamps (warm catch-up throughput);
+   benchmark's session and JVM stop, so that their memory and cores go to it): ``--latency``
+   rounds of one timestamp each with warm worker tasks, then one round over ``--warm-backlog``
+   pending timestamps (warm catch-up throughput);
 6. the naive results after its last timestamp are compared with the pipeline's at that
    timestamp (same data, same seed state), and, on a separate SMALL workload
    (``--verify-*``), the naive approach computed from scratch is compared with the oracle and
    with the pipeline.
 
 Usage: ``dkm bench pipeline [--quick] [--no-docs] [--workdir DIR]``. ``--quick`` runs small
-sizes (20k objects, 2k subscriptions) and writes docs only when ``--docs PATH`` is given. Raw
+sizes (20k objects, 2k subscriptions) and writes docs only when ``--doc PATH`` is given. Raw
 numbers go to ``<workdir>/results.json`` as they come, with the commit, the machine and the
 parameters.
 """
@@ -43,12 +43,16 @@ from dkmsks.bench.common import (
     DKM,
     REPO,
     PeakMemory,
+    Report,
     ResultFile,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
     dataset_path,
     describe_machine,
     load_average,
     say,
-    write_doc_section,
 )
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median
@@ -201,7 +205,7 @@ def verify_small(spark, workdir: Path, args, rec: ResultFile) -> None:
 
 # ------------------------------------------------------------------------------------------- main
 
-def run(args) -> dict:
+def measure(args) -> dict:
     """Run every step of the benchmark, recording each; the results."""
     from dkmsks.spark.session import build_session, stop_session_and_jvm
     from dkmsks.warehouse import Warehouse
@@ -356,10 +360,6 @@ def _top(phases: dict) -> str:
     return max(phases, key=lambda k: phases[k])
 
 
-def _status(ok: bool) -> str:
-    return prose("status.met" if ok else "status.not_met")
-
-
 def targets(d: dict) -> list[str]:
     """The issue's targets, one table row each: met, not met (and by how much), or not measured."""
     s, errors = d["steps"], d["errors"]
@@ -372,14 +372,14 @@ def targets(d: dict) -> list[str]:
         p = s["partition"]
         ok = p["seconds"] <= TARGET_PARTITION_S
         rows["partition"] = prose(
-            "target.partition", target=names["partition"], status=_status(ok), seconds=f"{p['seconds']:.1f}",
+            "target.partition", target=names["partition"], status=prose.status(ok), seconds=f"{p['seconds']:.1f}",
             phases=fmt_phases(p["phases_ms"], 1e-3), miss="" if ok else prose(
                 "target.partition.miss", times=f"{p['seconds'] / TARGET_PARTITION_S:.1f}", top=_top(p["phases_ms"])))
     if "follow" in s:
         f = s["follow"]
         ok, ph = f["median_s"] <= TARGET_FOLLOW_S, f["median_phases_s"]
         rows["follow"] = prose(
-            "target.follow", target=names["follow"], status=_status(ok), median=f"{f['median_s']:.2f}",
+            "target.follow", target=names["follow"], status=prose.status(ok), median=f"{f['median_s']:.2f}",
             rounds=len(f["runs"]), phases=fmt_phases(ph, 1, 2), miss="" if ok else prose(
                 "target.follow.miss", times=f"{f['median_s'] / TARGET_FOLLOW_S:.1f}", top=_top(ph),
                 top_s=f"{ph[_top(ph)]:.2f}"))
@@ -387,7 +387,7 @@ def targets(d: dict) -> list[str]:
         c = s["catchup_all"]
         ok, ph = c["objects_per_s"] >= TARGET_CATCHUP_OPS, c["phases_s"]
         rows["catchup_all"] = prose(
-            "target.catchup", target=names["catchup_all"], status=_status(ok),
+            "target.catchup", target=names["catchup_all"], status=prose.status(ok),
             objects_per_s=f"{c['objects_per_s']:,.0f}", objects=f"{c['objects']:,}", timestamps=c["timestamps"],
             seconds=f"{c['seconds']:.1f}", miss="" if ok else prose(
                 "target.catchup.miss", times=f"{TARGET_CATCHUP_OPS / c['objects_per_s']:.1f}", top=_top(ph),
@@ -396,7 +396,7 @@ def targets(d: dict) -> list[str]:
         w = s["warm_catchup"]
         rows["warm_catchup"] = prose(
             "target.warm_catchup", limit=f"{TARGET_CATCHUP_OPS:,.0f}",
-            status=_status(w["objects_per_s"] >= TARGET_CATCHUP_OPS), objects_per_s=f"{w['objects_per_s']:,.0f}",
+            status=prose.status(w["objects_per_s"] >= TARGET_CATCHUP_OPS), objects_per_s=f"{w['objects_per_s']:,.0f}",
             objects=f"{w['objects']:,}", timestamps=w["timestamps"], seconds=f"{w['seconds']:.1f}",
             phases=fmt_phases(w["phases_s"]))
     if "naive" in s and s["naive"]["steps"] and "follow" in s:
@@ -404,7 +404,7 @@ def targets(d: dict) -> list[str]:
         r = nv / s["follow"]["median_s"]
         ok = r >= TARGET_NAIVE_RATIO
         rows["naive"] = prose(
-            "target.naive", target=names["naive"], status=_status(ok), ratio=f"{r:.1f}", naive=f"{nv:.1f}",
+            "target.naive", target=names["naive"], status=prose.status(ok), ratio=f"{r:.1f}", naive=f"{nv:.1f}",
             follow=f"{s['follow']['median_s']:.2f}", miss="" if ok else prose(
                 "target.naive.miss", needed=f"{nv / TARGET_NAIVE_RATIO:.2f}"))
     order = ("partition", "follow", "catchup_all", "warm_catchup", "naive")
@@ -517,51 +517,35 @@ def report(d: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``dkm bench pipeline``: run (or, with ``--report-only``, reread) and report; the exit status."""
     ap = argparse.ArgumentParser(prog="dkm bench pipeline", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="small sizes (20k objects, 2k subscriptions); docs only with --docs")
-    ap.add_argument("--o-init", type=int, default=None, help="|O_init| (1,000,000; quick 20,000)")
-    ap.add_argument("--subscriptions", type=int, default=None, help="|S| (1,000,000; quick 2,000)")
-    ap.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
-    ap.add_argument("--catchup", type=int, default=None, help="timestamps processed in one run (100; quick 10)")
-    ap.add_argument("--chunked", type=int, default=None,
-                    help="timestamps processed in runs of --per-run (50; quick 10)")
-    ap.add_argument("--per-run", type=int, default=None, help="max_timestamps of the chunked catch-up (10; quick 5)")
-    ap.add_argument("--latency", type=int, default=None, help="follow-mode rounds of one timestamp (20; quick 4)")
-    ap.add_argument("--warm-backlog", type=int, default=None,
-                    help="then one follow round over this many pending timestamps (100; quick 5)")
-    ap.add_argument("--naive", type=int, default=None, help="naive Spark timestamps (3; quick 3)")
+    add_workload_flags(ap, o_init=1_000_000, subscriptions=1_000_000, seed=7, workers=20)
+    ap.add_argument("--catchup", type=int, default=100, help="timestamps processed in one run (%(default)s)")
+    ap.add_argument("--chunked", type=int, default=50, help="timestamps processed in runs of --per-run (%(default)s)")
+    ap.add_argument("--per-run", type=int, default=10, help="max_timestamps of the chunked catch-up (%(default)s)")
+    ap.add_argument("--latency", type=int, default=20, help="follow-mode rounds of one timestamp (%(default)s)")
+    ap.add_argument("--warm-backlog", type=int, default=100,
+                    help="then one follow round over this many pending timestamps (%(default)s)")
+    ap.add_argument("--naive", type=int, default=3, help="naive Spark timestamps (%(default)s)")
     ap.add_argument("--verify-o-init", type=int, default=20_000,
                     help="small check workload |O_init| (%(default)s; 0 = skip)")
     ap.add_argument("--verify-subscriptions", type=int, default=2_000, help="small check |S| (%(default)s)")
     ap.add_argument("--verify-timestamps", type=int, default=3, help="small check timestamps (%(default)s)")
-    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="warehouse + workload folder (default /tmp/bench_pipeline[_quick])")
     ap.add_argument("--keep", action="store_true", help="do not wipe --workdir first")
-    ap.add_argument("--docs", type=Path, default=None, help=f"markdown file to update (default {DOCS}; quick: none)")
-    ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--report-only", type=Path, default=None, help="re-render the section from a results.json")
     ap.add_argument("--note", action="append", default=[], help="a paragraph to add to the section (repeatable)")
-    args = ap.parse_args(argv)
-    q = args.quick
-    defaults = {"o_init": (1_000_000, 20_000), "subscriptions": (1_000_000, 2_000), "catchup": (100, 10),
-                "chunked": (50, 10), "per_run": (10, 5), "latency": (20, 4), "naive": (3, 3), "warm_backlog": (100, 5)}
-    for k, (full, quick) in defaults.items():
-        if getattr(args, k) is None:
-            setattr(args, k, quick if q else full)
-    if args.workdir is None:
-        args.workdir = Path("/tmp/bench_pipeline_quick" if q else "/tmp/bench_pipeline")
+    add_quick_flag(ap, "small sizes (20k objects, 2k subscriptions); docs only with --doc", o_init=20_000,
+                   subscriptions=2_000, catchup=10, chunked=10, per_run=5, latency=4, warm_backlog=5)
+    add_doc_flags(ap, default=DOCS)
+    return bench_main(ap, argv, run)
 
-    data = read_results(args.report_only) if args.report_only else run(args)
+
+def run(args: argparse.Namespace) -> Report:
+    """Measure (or reread a ``results.json``); the report."""
+    if args.workdir is None:
+        args.workdir = Path("/tmp/bench_pipeline_quick" if args.quick else "/tmp/bench_pipeline")
+    data = read_results(args.report_only) if args.report_only else measure(args)
     if args.note:
         data["notes"] = list(args.note)
-    text = report(data)
-    print()
-    print(text)
-    docs = args.docs or (None if q else DOCS)
-    if docs and not args.no_docs:
-        write_doc_section(docs, "pipeline", text)
-        print(f"\nwrote the section to {docs}")
-    return 0
-
+    return Report("dkm bench pipeline", report(data))

@@ -1,11 +1,11 @@
 """The prose of the generated reports, kept in templates and filled with computed numbers.
 
-``templates/<report>.md`` holds named blocks, each starting at a line ``<!-- block: NAME -->``.
-A block is a :class:`string.Template`: ``$name`` placeholders, ``$$`` for a dollar sign. The
-report code computes the numbers, formats them as strings and chooses the blocks: a statement
-that holds only for some runs (a trend that grows, a target met) has a block of its own, picked
-by a condition computed from the data. Tables of numbers are laid out by the code; every
-sentence is in a template.
+``templates/<report>.md`` (a script's: ``bench/templates/<script>.md``) holds named blocks, each
+starting at a line ``<!-- block: NAME -->``. A block is a :class:`string.Template`: ``$name``
+placeholders, ``$$`` for a dollar sign. The report code computes the numbers, formats them as
+strings and chooses the blocks: a statement that holds only for some runs (a trend that grows,
+a target met) has a block of its own, picked by a condition computed from the data. Tables of
+numbers are laid out by the code; every sentence is in a template.
 
 A paragraph, a bullet or a table row may be wrapped over several lines in a template (a
 continuation line must not start like a markdown element: ``| ``, ``#``, ``- ``, ``![``); it is
@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from string import Template
 
 _BLOCK = re.compile(r"^<!-- block: ([\w.]+) -->$", re.M)
@@ -50,6 +51,11 @@ class Prose:
         """The blocks of ``templates/<report>.md``."""
         return cls((resources.files("dkmsks.bench") / "templates" / f"{report}.md").read_text(encoding="utf-8"))
 
+    @classmethod
+    def read(cls, path: Path) -> Prose:
+        """The blocks of a template outside the package (a script's, in ``bench/templates``)."""
+        return cls(path.read_text(encoding="utf-8"))
+
     def __call__(self, block: str, **values: object) -> str:
         """The text of template block ``block`` with ``values`` substituted (every placeholder must get one)."""
         try:
@@ -57,3 +63,7 @@ class Prose:
         except KeyError:
             raise KeyError(f"template block {block!r} is missing") from None
         return template.substitute({k: str(v) for k, v in values.items()})
+
+    def status(self, ok: bool) -> str:
+        """Whether a target is met, in the template's words: its block ``status.met`` or ``status.not_met``."""
+        return self("status.met" if ok else "status.not_met")

@@ -12,7 +12,6 @@ final records overlaid (:class:`dkmsks.storage.state_io.StateView`), through del
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from dkmsks.bench.common import Report, bench_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,8 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--as-of", type=int, required=True, help="the warehouse's last processed timestamp")
     p.add_argument("--n", type=int, default=2000, help="subscriptions to check (%(default)s)")
     p.add_argument("--seed", type=int, default=11)
-    a = p.parse_args(argv)
+    return bench_main(p, argv, run)
 
+
+def run(a: argparse.Namespace) -> Report:
+    """Draw the sample, read its results from the warehouse and the oracle's; the report (a
+    failure when any differs)."""
     from dkmsks.core.model import Vocabulary
     from dkmsks.core.oracle import oracle_results
     from dkmsks.io.formats import read_events, read_objects
@@ -55,13 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     events = events.take(np.flatnonzero(np.isin(events.ids, pick)))
     want = oracle_results(objects, events, a.as_of)
     if set(want) != set(got):
-        print(f"live sets differ: oracle {len(want)}, warehouse {len(got)} of the sample", file=sys.stderr)
-        return 1
+        return Report("dkm bench spot-check", "", f"live sets differ: oracle {len(want)}, warehouse {len(got)} of "
+                                                  "the sample")
     bad = [s for s in want if want[s].object_ids.tolist() != got[s][0] or want[s].d2.tolist() != got[s][1]]
-    print(f"{len(want):,} of {ids.shape[0]:,} live subscriptions checked "
-          f"({sum(len(w.object_ids) for w in want.values()):,} result rows): {len(bad)} differ "
-          f"[{time.perf_counter() - started:.0f} s]")
-    for s in bad[:5]:
-        print(f"  sub {s}: oracle {want[s].object_ids.tolist()} vs warehouse {got[s][0]}", file=sys.stderr)
-    return 0 if not bad else 1
+    text = (f"{len(want):,} of {ids.shape[0]:,} live subscriptions checked "
+            f"({sum(len(w.object_ids) for w in want.values()):,} result rows): {len(bad)} differ "
+            f"[{time.perf_counter() - started:.0f} s]")
+    return Report("dkm bench spot-check", text, "; ".join(
+        f"sub {s}: oracle {want[s].object_ids.tolist()} vs warehouse {got[s][0]}" for s in bad[:5]))
 

@@ -1,7 +1,10 @@
 """``dkm bench NAME [FLAGS]``: one command per benchmark of :mod:`dkmsks.bench`.
 
 Each benchmark is a module of that package with ``main(argv)``; this module only lists them
-and hands the flags over (``dkm bench NAME --help`` shows the benchmark's own flags).
+and hands the flags over (``dkm bench NAME --help`` shows the benchmark's own flags). The
+measurements behind decisions already made that are worth re-running (the kernels against the
+numpy reference, memory per subscription, numba against Rust) are scripts in ``bench/``, not
+subcommands.
 """
 
 from __future__ import annotations
@@ -13,18 +16,10 @@ import importlib
 BENCHMARKS = {
     "paper": ("paper", "the paper's Tables 2-3 and Figures 7-10 (KOP, SOP, DkM-SKS) -> docs/paper-reproduction.md"),
     "core": ("core", "the in-memory engine at the issue's protocol -> docs/benchmarks.md"),
-    "core-init": ("core_init", "O_init structures: statistics (Eq. 1, 2, 4) and the initial kNN"),
-    "partition": ("partition", "the three partitioners and the main server at paper scale"),
     "pipeline": ("pipeline", "the Spark + Delta pipeline against its targets and naive Spark -> docs/benchmarks.md"),
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
-    "append": ("append", "a run's commit: one journal append through Spark vs through delta-rs"),
-    "kernel": ("kernel", "the worker kernels: numba against the numpy reference, side by side -> docs/benchmarks.md"),
-    "rust": ("rust", "the lookup kernel in numba and the same loop in Rust, same inputs -> docs/benchmarks.md"),
-    "grid": ("grid", "the DkM-SKS grid's layouts (pyramid levels, cells a ball), side by side -> docs/benchmarks.md"),
-    "memory": ("memory", "memory per subscription of the in-memory engine at 1M, 5M, 10M -> docs/benchmarks.md"),
-    "catalog": ("catalog", "session start and first query: embedded Derby metastore vs tables registered by path"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
 
@@ -32,7 +27,9 @@ BENCHMARKS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``dkm bench`` and its flags to the ``dkm`` parser."""
     p = subparsers.add_parser("bench", help="benchmarks (dkm bench paper: the paper's experiments)",
-                              description="Benchmarks of dkmsks; 'dkm bench NAME --help' for a benchmark's flags.")
+                              description="Benchmarks of dkmsks; 'dkm bench NAME --help' for a benchmark's flags. "
+                                          "The records of decisions made, worth re-running, are scripts in "
+                                          "bench/ (kernel.py, memory.py, rust.py).")
     sub = p.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, (_, summary) in BENCHMARKS.items():
         # No option prefix: every flag after NAME, --help included, belongs to the benchmark.

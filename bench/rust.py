@@ -22,7 +22,7 @@ catch-up's many keys against one index). The Rust side's time includes its Pytho
 lookup's results must be equal (Rust's to numba's warm, array for array; numba's two forms as
 multisets of pairs, with the same per-object counts), or the benchmark fails.
 
-Usage: ``dkm bench rust [--timestamps T] [--warmup W] [--repeats R] [--batch B] [--quick] [--doc F]``.
+Usage: ``.venv/bin/python bench/rust.py [--timestamps T] [--warmup W] [--repeats R] [--batch B] [--quick] [--doc F]``.
 Needs ``cargo`` (rustup's or Debian's package); without it the benchmark stops and says so.
 """
 
@@ -42,17 +42,31 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, load_objects, say, write_doc_section
+from dkmsks.bench.common import (
+    REPO,
+    Refused,
+    Report,
+    ResultFile,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
+    load_average,
+    paper_workload,
+    say,
+    workload_spec,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, ratio
 from dkmsks.core import kernel
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.kernel.lookup import _lookup, _lookup_warm
-from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("rust")
-CRATE = REPO / "bench" / "kernel_rust"
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "rust.md")
+SECTION = "bench/rust.py"
+CRATE = HERE / "kernel_rust"
 TARGET = REPO / ".cache" / "kernel_rust"
 LIBRARY = TARGET / "release" / "libdkmsks_kernel_rust.so"
 #: The variants of one timestamp's lookup and of a batch's, in the report's order.
@@ -88,7 +102,7 @@ def build_library() -> ctypes.CDLL:
     """Build the crate (release, host CPU) and load it; a clear stop without cargo."""
     cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
     if not os.access(cargo, os.X_OK):
-        raise SystemExit("dkm bench rust: cargo not found (install rustup's toolchain or Debian's cargo package); "
+        raise SystemExit("bench/rust.py: cargo not found (install rustup's toolchain or Debian's cargo package); "
                          "the Rust side of this benchmark cannot be built without it")
     # cargo reads bench/kernel_rust/.cargo/config.toml (target-cpu=native) from the working directory.
     subprocess.run([cargo, "build", "--release", "--quiet", "--target-dir", str(TARGET)], cwd=CRATE, check=True)
@@ -236,12 +250,9 @@ class Recorder:
         return median(ts)
 
 
-def run(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, list[int]]:
+def record_lookups(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, list[int]]:
     """Build the engine, then run the timed timestamps with every lookup measured by the recorder."""
-    spec = WorkloadSpec(o_init=a.objects, subscriptions=a.subscriptions, timestamps=a.warmup + a.timestamps,
-                        objects_per_ts=1_000, inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=a.seed)
-    source, _ = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
-    objects, events = generate_workload(source, spec)
+    objects, events, _ = paper_workload(workload_spec(a, timestamps=a.warmup + a.timestamps))
     config = PartitionConfig(method=Method.DKM, workers=a.workers)
     say("rust: initial phase, plan and workers (numba) ...")
     engine, _ = build_engine(config, objects, events, clock=time.perf_counter, kernel="numba")
@@ -265,7 +276,7 @@ def run(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, list[int]]:
     finally:
         kernel.lookup_accept_sorted = original
     if not rec.calls:
-        raise SystemExit("dkm bench rust: the engine made no sorted-probe lookup to measure")
+        raise SystemExit("bench/rust.py: the engine made no sorted-probe lookup to measure")
     return rec, calls_per_ts
 
 
@@ -279,61 +290,53 @@ def per_timestamp(calls: list[dict[str, Any]], counts: list[int], shape: str, va
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench rust``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench rust", description=__doc__.splitlines()[0])
-    p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
-    p.add_argument("--subscriptions", type=int, default=1_000_000, help="|S| (%(default)s)")
-    p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
-    p.add_argument("--timestamps", type=int, default=10, help="timed timestamps (%(default)s)")
+    """``bench/rust.py``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
+    p = argparse.ArgumentParser(prog="bench/rust.py", description=__doc__.splitlines()[0])
+    add_workload_flags(p, o_init=1_000_000, subscriptions=1_000_000, timestamps=10, seed=7, workers=20,
+                       helps={"timestamps": "timed timestamps"})
     p.add_argument("--warmup", type=int, default=5, help="untimed timestamps first (%(default)s)")
     p.add_argument("--repeats", type=int, default=5, help="runs of each variant per lookup (%(default)s)")
     p.add_argument("--batch", type=int, default=40, help="a batch is the probe this many times (%(default)s)")
-    p.add_argument("--seed", type=int, default=7, help="workload seed (%(default)s)")
-    p.add_argument("--quick", action="store_true", help="100k objects, 100k subscriptions, 3 timestamps")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "rust",
                    help="results.json goes here (%(default)s)")
-    p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.objects, a.subscriptions, a.timestamps, a.repeats, a.batch = 100_000, 100_000, 3, 3, 10
-    if min(a.objects, a.subscriptions, a.workers, a.timestamps, a.repeats, a.batch) < 1 or a.warmup < 0:
-        p.error("sizes, --workers, --timestamps, --repeats and --batch must be at least 1, --warmup at least 0")
+    add_quick_flag(p, "100k objects, 100k subscriptions, 3 timestamps", o_init=100_000, subscriptions=100_000,
+                   timestamps=3, repeats=3, batch=10)
+    add_doc_flags(p)
+    return bench_main(p, argv, run)
+
+
+def run(a: argparse.Namespace) -> Report:
+    """Every lookup of the timed timestamps in numba and in Rust; the report, or why they disagree."""
+    if min(a.o_init, a.subscriptions, a.workers, a.timestamps, a.repeats, a.batch) < 1 or a.warmup < 0:
+        raise Refused("sizes, --workers, --timestamps, --repeats and --batch must be at least 1, --warmup at least 0")
     lib = build_library()
-    params = {k: getattr(a, k) for k in ("objects", "subscriptions", "workers", "timestamps", "warmup", "repeats",
+    params = {k: getattr(a, k) for k in ("o_init", "subscriptions", "workers", "timestamps", "warmup", "repeats",
                                          "batch", "seed")}
     res = ResultFile(a.workdir / "results.json", params)
     res.put("load_before", load_average())
-    rec, counts = run(a, lib)
+    rec, counts = record_lookups(a, lib)
     overhead = rec.call_overhead_us()
-    load_after = load_average()
+    res.put("load_after", load_average())
     ms = {shape: {v: per_timestamp(rec.calls, counts, shape, v) for v in variants}
           for shape, variants in (("one", ONE), ("batch", BATCH))}
     res.put("per_timestamp_ms", ms)
     res.put("calls", rec.calls)
     res.put("checks", {"agree": rec.agree, "call_overhead_us": overhead})
     if not rec.agree:
-        say("rust: the kernels disagree on some lookup's results")
-        return 1
+        return Report(SECTION, "", "the kernels disagree on some lookup's results")
     base = {shape: median(ms[shape]["numba_warm"]) for shape in ms}
     rows = {shape: "\n".join(prose("row", label=LABELS[v], median=f"{median(ms[shape][v]):.2f}",
                                    ratio=f"{ratio(median(ms[shape][v]), base[shape]):.2f}") for v in variants)
             for shape, variants in (("one", ONE), ("batch", BATCH))}
-    d = res.data
     fastest = {shape: min(median(ms[shape]["rust_checked"]), median(ms[shape]["rust_unchecked"])) for shape in ms}
-    head = prose("head", commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
-                 nproc=d["machine"]["nproc"], load=f"{d['steps']['load_before']:.1f}", load_after=f"{load_after:.1f}",
-                 objects=f"{a.objects:,}", subscriptions=f"{a.subscriptions:,}", workers=a.workers,
-                 warmup=a.warmup, timestamps=a.timestamps, repeats=a.repeats,
+    head = prose("head", **res.head(), objects=f"{a.o_init:,}", subscriptions=f"{a.subscriptions:,}",
+                 workers=a.workers, warmup=a.warmup, timestamps=a.timestamps, repeats=a.repeats,
                  lookups=f"{median(counts):.0f}", keys=f"{median(c['keys'] for c in rec.calls):,.0f}",
                  pairs=f"{median(c['tested'] for c in rec.calls):,.0f}")
     batch = prose("batch", batch=a.batch)
     tail = prose("tail", overhead=f"{overhead:.1f}", one_ratio=f"{ratio(fastest['one'], base['one']):.2f}",
                  batch_ratio=f"{ratio(fastest['batch'], base['batch']):.2f}")
-    text = f"{head}\n{rows['one']}\n\n{batch}\n{rows['batch']}\n\n{tail}"
-    print(text)
-    if a.doc:
-        write_doc_section(a.doc, "rust", text)
-    return 0
+    return Report(SECTION, f"{head}\n{rows['one']}\n\n{batch}\n{rows['batch']}\n\n{tail}")
 
 
 if __name__ == "__main__":

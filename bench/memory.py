@@ -12,7 +12,7 @@ server (found by walking the engine's attributes, each buffer counted once), the
 subprocess, and per subscription: bytes and GiB per million. Part of the RSS growth does not
 depend on ``|S|`` (the structures over ``O_init``); the slope between two sizes removes it.
 
-Usage: ``dkm bench memory [--sizes 1000000,5000000,10000000] [--timestamps T] [--quick]
+Usage: ``.venv/bin/python bench/memory.py [--sizes 1000000,5000000,10000000] [--timestamps T] [--quick]
 [--doc docs/benchmarks.md]``.
 """
 
@@ -30,13 +30,26 @@ from typing import Any
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_objects, say, write_doc_section
+from dkmsks.bench.common import (
+    REPO,
+    Refused,
+    Report,
+    ResultFile,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
+    paper_workload,
+    say,
+    workload_spec,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
-from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("memory")
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "memory.md")
+SECTION = "bench/memory.py"
 GIB = float(1 << 30)
 #: Issue 18's target: GiB of engine memory per million subscriptions.
 TARGET_GIB_PER_MILLION = 0.5
@@ -72,14 +85,11 @@ def rss_bytes() -> int:
     return pages * resource.getpagesize()
 
 
-def measure(n_subs: int, objects: int, workers: int, timestamps: int, seed: int) -> dict[str, Any]:
-    """One size, in this process: build the engine, run ``timestamps`` timestamps, measure."""
-    spec = WorkloadSpec(o_init=objects, subscriptions=n_subs, timestamps=timestamps, objects_per_ts=1_000,
-                        inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=seed)
-    source, _ = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
-    stream, events = generate_workload(source, spec)
-    del source
-    config = PartitionConfig(method=Method.DKM, workers=workers)
+def measure(n_subs: int, a: argparse.Namespace) -> dict[str, Any]:
+    """One size, in this process: build the engine, run ``--timestamps`` timestamps, measure."""
+    timestamps = a.timestamps
+    stream, events, _ = paper_workload(workload_spec(a, subscriptions=n_subs))
+    config = PartitionConfig(method=Method.DKM, workers=a.workers)
     gc.collect()
     rss0 = rss_bytes()
     engine, _ = build_engine(config, stream, events)
@@ -99,8 +109,9 @@ def measure(n_subs: int, objects: int, workers: int, timestamps: int, seed: int)
 
 
 def measure_in_subprocess(n_subs: int, a: argparse.Namespace) -> dict[str, Any]:
-    """:func:`measure` in a fresh interpreter (same ``PYTHONPATH``); its result from the last line of stdout."""
-    cmd = [sys.executable, "-m", "dkmsks.bench.memory", "--child", str(n_subs), "--objects", str(a.objects),
+    """:func:`measure` in a fresh interpreter running this script (same ``PYTHONPATH``); its result
+    from the last line of stdout."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(n_subs), "--o-init", str(a.o_init),
            "--workers", str(a.workers), "--timestamps", str(a.timestamps), "--seed", str(a.seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -146,29 +157,29 @@ def report_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[str], float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench memory``: measure each size in a subprocess, save ``results.json``, print (and with
+    """``bench/memory.py``: measure each size in a subprocess, save ``results.json``, print (and with
     ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench memory", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench/memory.py", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000000,5000000,10000000", help="|S| values, comma-separated (%(default)s)")
-    p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
-    p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
-    p.add_argument("--timestamps", type=int, default=5, help="timestamps run after the build (%(default)s)")
-    p.add_argument("--seed", type=int, default=7, help="workload seed (%(default)s)")
-    p.add_argument("--quick", action="store_true", help="|O_init| = 20k, |S| = 10k and 40k, 2 timestamps")
+    add_workload_flags(p, o_init=1_000_000, timestamps=5, seed=7, workers=20,
+                       helps={"timestamps": "timestamps run after the build"})
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "memory",
                    help="results.json goes here (%(default)s)")
-    p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
     p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)  # one size, in this process
-    a = p.parse_args(argv)
+    add_quick_flag(p, "|O_init| = 20k, |S| = 10k and 40k, 2 timestamps", o_init=20_000, sizes="10000,40000",
+                   timestamps=2)
+    add_doc_flags(p)
+    return bench_main(p, argv, run)
+
+
+def run(a: argparse.Namespace) -> Report:
+    """Each size in a fresh process, then the report (with ``--child``: one size, here, as a JSON line)."""
     if a.child is not None:
-        print(json.dumps(measure(a.child, a.objects, a.workers, a.timestamps, a.seed)))
-        return 0
-    if a.quick:
-        a.objects, a.sizes, a.timestamps = 20_000, "10000,40000", 2
+        return Report(SECTION, json.dumps(measure(a.child, a)))
     sizes = sorted({int(s) for s in a.sizes.split(",") if s.strip()})
-    if not sizes or min(sizes) < 1 or min(a.objects, a.workers) < 1 or a.timestamps < 0:
-        p.error("--sizes, --objects and --workers must be at least 1, --timestamps at least 0")
-    params = {k: getattr(a, k) for k in ("objects", "workers", "timestamps", "seed")} | {"sizes": sizes}
+    if not sizes or min(sizes) < 1 or min(a.o_init, a.workers) < 1 or a.timestamps < 0:
+        raise Refused("--sizes, --o-init and --workers must be at least 1, --timestamps at least 0")
+    params = {k: getattr(a, k) for k in ("o_init", "workers", "timestamps", "seed")} | {"sizes": sizes}
     rec = ResultFile(a.workdir / "results.json", params)
     runs = []
     for n in sizes:
@@ -176,20 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(measure_in_subprocess(n, a))
         rec.put("runs", runs)
     rows, slopes, worst = report_rows(runs)
-    d = rec.data
-    head = prose("head", commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
-                 nproc=d["machine"]["nproc"], objects=f"{a.objects:,}", workers=a.workers, timestamps=a.timestamps)
+    head = prose("head", **rec.head(), objects=f"{a.o_init:,}", workers=a.workers, timestamps=a.timestamps)
     parts = [head + "\n" + "\n".join(rows)]
     if slopes:
         parts.append(prose("slopes_head") + "\n" + "\n".join(slopes))
     parts.append(prose("verdict_slope" if slopes else "verdict_single", worst=f"{worst:.2f}",
-                       target=f"{TARGET_GIB_PER_MILLION:.1f}",
-                       verdict="met" if worst <= TARGET_GIB_PER_MILLION else "not met"))
-    text = "\n\n".join(parts)
-    print(text)
-    if a.doc:
-        write_doc_section(a.doc, "memory", text)
-    return 0
+                       target=f"{TARGET_GIB_PER_MILLION:.1f}", verdict=prose.status(worst <= TARGET_GIB_PER_MILLION)))
+    return Report(SECTION, "\n\n".join(parts))
 
 
 if __name__ == "__main__":

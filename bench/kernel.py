@@ -12,7 +12,7 @@ time (slowest worker's kNN update + insertion + deletion + the main server's cos
 its parts, and the work. The two engines' results must be byte-identical at the end and their
 work counters equal at every timestamp; the benchmark fails otherwise.
 
-Usage: ``dkm bench kernel [--timestamps T] [--warmup W] [--quick] [--doc docs/benchmarks.md]``.
+Usage: ``.venv/bin/python bench/kernel.py [--timestamps T] [--warmup W] [--quick] [--doc docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
@@ -25,15 +25,29 @@ from pathlib import Path
 
 import numpy as np
 
-from dkmsks.bench.common import REPO, ResultFile, dataset_path, load_average, load_objects, say, write_doc_section
+from dkmsks.bench.common import (
+    REPO,
+    Refused,
+    Report,
+    ResultFile,
+    add_doc_flags,
+    add_quick_flag,
+    add_workload_flags,
+    bench_main,
+    load_average,
+    paper_workload,
+    say,
+    workload_spec,
+)
 from dkmsks.bench.prose import Prose
 from dkmsks.bench.stats import median, percentile, ratio
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
 from dkmsks.core.model import SubscriptionEvents, results_equal
-from dkmsks.core.workload import WorkloadSpec, generate_workload
 
-prose = Prose.load("kernel")
+HERE = Path(__file__).resolve().parent
+prose = Prose.read(HERE / "templates" / "kernel.md")
+SECTION = "bench/kernel.py"
 KERNELS = ("numpy", "numba")
 #: What is reported per timestamp, in milliseconds: the metric's field and its label.
 TIMES = {"wall": "whole timestamp, one process", "update_time": "update time (paper's metric)",
@@ -72,33 +86,30 @@ def run_side_by_side(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dkm bench kernel``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
-    p = argparse.ArgumentParser(prog="dkm bench kernel", description=__doc__.splitlines()[0])
-    p.add_argument("--objects", type=int, default=1_000_000, help="|O_init| (%(default)s)")
-    p.add_argument("--subscriptions", type=int, default=1_000_000, help="|S| (%(default)s)")
-    p.add_argument("--workers", type=int, default=20, help="m (%(default)s)")
-    p.add_argument("--timestamps", type=int, default=40, help="timed timestamps per kernel (%(default)s)")
+    """``bench/kernel.py``: measure, save ``results.json``, print (and with ``--doc`` write) the section."""
+    p = argparse.ArgumentParser(prog="bench/kernel.py", description=__doc__.splitlines()[0])
+    add_workload_flags(p, o_init=1_000_000, subscriptions=1_000_000, timestamps=40, seed=7, workers=20,
+                       helps={"timestamps": "timed timestamps per kernel"})
     p.add_argument("--warmup", type=int, default=5, help="untimed timestamps per kernel first (%(default)s)")
-    p.add_argument("--seed", type=int, default=7, help="workload seed (%(default)s)")
-    p.add_argument("--quick", action="store_true", help="100k objects, 100k subscriptions, 10 timestamps")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench" / "kernel",
                    help="results.json goes here (%(default)s)")
-    p.add_argument("--doc", type=Path, default=None, help="write the report section into this Markdown file")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.objects, a.subscriptions, a.timestamps = 100_000, 100_000, 10
-    if min(a.objects, a.subscriptions, a.workers, a.timestamps) < 1 or a.warmup < 0:
-        p.error("sizes, --workers and --timestamps must be at least 1, --warmup at least 0")
-    params = {k: getattr(a, k) for k in ("objects", "subscriptions", "workers", "timestamps", "warmup", "seed")}
+    add_quick_flag(p, "100k objects, 100k subscriptions, 10 timestamps", o_init=100_000, subscriptions=100_000,
+                   timestamps=10)
+    add_doc_flags(p)
+    return bench_main(p, argv, run)
+
+
+def run(a: argparse.Namespace) -> Report:
+    """Both kernels side by side on the same workload; the report, or why they disagree."""
+    if min(a.o_init, a.subscriptions, a.workers, a.timestamps) < 1 or a.warmup < 0:
+        raise Refused("sizes, --workers and --timestamps must be at least 1, --warmup at least 0")
+    params = {k: getattr(a, k) for k in ("o_init", "subscriptions", "workers", "timestamps", "warmup", "seed")}
     rec = ResultFile(a.workdir / "results.json", params)
     rec.put("load_before", load_average())
-    spec = WorkloadSpec(o_init=a.objects, subscriptions=a.subscriptions, timestamps=a.warmup + a.timestamps,
-                        objects_per_ts=1_000, inserts_per_ts=100, deletes_per_ts=100, k_max=10, seed=a.seed)
-    source, _ = load_objects(dataset_path("place", must_exist=True), spec.objects_needed)
-    objects, events = generate_workload(source, spec)
+    objects, events, _ = paper_workload(workload_spec(a, timestamps=a.warmup + a.timestamps))
     config = PartitionConfig(method=Method.DKM, workers=a.workers)
     timed, build_s, counters_equal, equal = run_side_by_side(objects, events, config, a.warmup, a.timestamps)
-    load_after = load_average()
+    rec.put("load_after", load_average())
     ms = {k: {f: [getattr(m, f) * 1e3 for m in timed[k]] for f in TIMES} for k in KERNELS}
     work = {k: [int(m.work) for m in timed[k]] for k in KERNELS}
     rec.put("per_timestamp_ms", ms)
@@ -106,31 +117,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.put("work", work)
     rec.put("checks", {"counters_equal": counters_equal, "results_equal": equal})
     if not (counters_equal and equal):
-        say(f"kernel: the kernels disagree (counters equal: {counters_equal}, results equal: {equal})")
-        return 1
+        return Report(SECTION, "", f"the kernels disagree (counters equal: {counters_equal}, results equal: {equal})")
     rows = "\n".join(
         prose("row", label=label,
               numpy_median=f"{median(ms['numpy'][f]):.2f}", numpy_p95=f"{percentile(ms['numpy'][f], 0.95):.2f}",
               numba_median=f"{median(ms['numba'][f]):.2f}", numba_p95=f"{percentile(ms['numba'][f], 0.95):.2f}",
               ratio=f"{ratio(median(ms['numpy'][f]), median(ms['numba'][f])):.2f}")
         for f, label in TIMES.items())
-    d = rec.data
     wall, upd = median(ms["numba"]["wall"]), median(ms["numba"]["update_time"])
-    head = prose("head", commit=d["commit"], date=d["date"], machine=d["machine"].get("cpu", ""),
-                 nproc=d["machine"]["nproc"], load=f"{d['steps']['load_before']:.1f}", load_after=f"{load_after:.1f}",
-                 objects=f"{a.objects:,}", subscriptions=f"{a.subscriptions:,}", workers=a.workers,
-                 warmup=a.warmup, timestamps=a.timestamps,
+    head = prose("head", **rec.head(), objects=f"{a.o_init:,}", subscriptions=f"{a.subscriptions:,}",
+                 workers=a.workers, warmup=a.warmup, timestamps=a.timestamps,
                  build_numpy=f"{build_s['numpy']:.0f}", build_numba=f"{build_s['numba']:.0f}")
-    tail = prose("tail", work=f"{median(work['numba']):,.0f}",
-                 wall=f"{wall:.1f}", wall_target=f"{TARGET_WALL_MS:.0f}",
-                 wall_verdict="met" if wall <= TARGET_WALL_MS else "not met",
+    tail = prose("tail", work=f"{median(work['numba']):,.0f}", wall=f"{wall:.1f}",
+                 wall_target=f"{TARGET_WALL_MS:.0f}", wall_verdict=prose.status(wall <= TARGET_WALL_MS),
                  update=f"{upd:.2f}", update_target=f"{TARGET_UPDATE_MS:.0f}",
-                 update_verdict="met" if upd <= TARGET_UPDATE_MS else "not met")
-    text = f"{head}\n{rows}\n\n{tail}"
-    print(text)
-    if a.doc:
-        write_doc_section(a.doc, "kernel", text)
-    return 0
+                 update_verdict=prose.status(upd <= TARGET_UPDATE_MS))
+    return Report(SECTION, f"{head}\n{rows}\n\n{tail}")
 
 
 if __name__ == "__main__":
