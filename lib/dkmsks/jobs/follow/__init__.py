@@ -5,8 +5,8 @@ timestamp at a time: docs/design.md §3 fact 6 says touching all state per times
 Here the tasks of one barrier stage build the ``m`` workers once (each task hosts every
 ``processes``-th worker; one task per core by default) and then stay alive, each applying one
 :class:`~dkmsks.spark.bridge.BatchPayload` per round to its workers in turn. The driver — the
-main server, also kept warm — routes each new timestamp, hands the payload to the tasks,
-collects the workers' records and commits them with the same protocol as a catch-up run: one
+main server, also kept warm — routes each new timestamp, hands the payload to the tasks
+(:class:`RoundChannel`), collects the workers' records and commits them with the same protocol as a catch-up run: one
 journal commit per round, under the writer lock (released between rounds, so a scheduled
 catch-up run or a repartition can get in; the session then sees the foreign commit and
 restarts from Delta). In a large round (:data:`CHANGE_FILE_OBJECTS`) the tasks write their
@@ -20,10 +20,12 @@ The modules, from the entry point down:
   status file, ``--max-timestamps``);
 - :mod:`.session` — :class:`FollowSession`, the main server's side: start the worker stage,
   then each round taken and routed, dispatched and collected, committed;
+- :mod:`.channel` — :class:`RoundChannel`, the round exchange between the two sides, the only
+  way the session and the worker tasks talk to each other;
 - :mod:`.worker_loop` — the body of a long-running worker task, and which task hosts which
   workers;
-- :mod:`.spool` — the directory the two sides hand rounds over in: file names, atomic writes,
-  the gates idle tasks sleep at, the build slots;
+- :mod:`.spool` — :class:`SpoolChannel`, the round exchange through a directory: file names,
+  atomic writes, the gates idle tasks sleep at, the build slots;
 - :mod:`.heap` — the glibc allocator settings of a warm worker task.
 
 The spool is a local directory, so follow mode needs the driver and executors to share a
@@ -36,10 +38,12 @@ where every committed timestamp is safe.
 
 from __future__ import annotations
 
+from dkmsks.jobs.follow.channel import ChangeFiles, Round, RoundChannel, RoundOutput
 from dkmsks.jobs.follow.service import ROUND_TIMESTAMPS, follow_forever, round_cap, status_path, write_status
 from dkmsks.jobs.follow.session import CHANGE_FILE_OBJECTS, FollowSession, FollowStats, StateChanged
-from dkmsks.jobs.follow.worker_loop import ChangeFiles, default_processes, hand_over_changes, hosted_workers
+from dkmsks.jobs.follow.spool import SpoolChannel
+from dkmsks.jobs.follow.worker_loop import default_processes, hosted_workers, write_changes
 
-__all__ = ["CHANGE_FILE_OBJECTS", "ROUND_TIMESTAMPS", "ChangeFiles", "FollowSession", "FollowStats", "StateChanged",
-           "default_processes", "follow_forever", "hand_over_changes", "hosted_workers", "round_cap", "status_path",
-           "write_status"]
+__all__ = ["CHANGE_FILE_OBJECTS", "ROUND_TIMESTAMPS", "ChangeFiles", "FollowSession", "FollowStats", "Round",
+           "RoundChannel", "RoundOutput", "SpoolChannel", "StateChanged", "default_processes", "follow_forever",
+           "hosted_workers", "round_cap", "status_path", "write_changes", "write_status"]

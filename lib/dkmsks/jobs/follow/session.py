@@ -13,9 +13,6 @@ saw; if another job committed, it raises :class:`StateChanged` and the service
 
 from __future__ import annotations
 
-import os
-import pickle
-import shutil
 import threading
 import time
 import uuid
@@ -27,21 +24,13 @@ from pyspark.sql import SparkSession
 
 from dkmsks.core.model import Vocabulary
 from dkmsks.cores import usable_cores
-from dkmsks.jobs.follow.spool import (
-    atomic_write,
-    changes_file,
-    close_gate,
-    gate_file,
-    open_gate,
-    output_file,
-    round_file,
-)
-from dkmsks.jobs.follow.worker_loop import ChangeFiles, default_processes, follow_worker_loop
+from dkmsks.jobs.follow.channel import ChangeFiles, Round, RoundChannel, RoundOutput
+from dkmsks.jobs.follow.spool import SpoolChannel
+from dkmsks.jobs.follow.worker_loop import default_processes, follow_worker_loop
 from dkmsks.spark.bridge import warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.main_server import RoutedBatch, build_main_server, refresh_weights, route
 from dkmsks.spark.quarantine import quarantine_refused
-from dkmsks.spark.worker_tasks import from_ipc
 from dkmsks.storage import tables
 from dkmsks.storage.journal import (
     RunReport,
@@ -52,7 +41,6 @@ from dkmsks.storage.journal import (
     last_processed,
     record_run_metrics,
 )
-from dkmsks.storage.journal_files import JournalFile
 from dkmsks.storage.lake import Lake
 from dkmsks.storage.landing import take_pending
 from dkmsks.storage.plans import current_plan
@@ -101,11 +89,12 @@ class FollowSession:
         self.spark = spark
         self.warehouse = warehouse
         self.run_id = run_id
-        self.poll = poll
-        self.spool = warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}"
         self.start_timeout = start_timeout
-        #: How many worker tasks build at once (:func:`build_slot`): one per core by default.
-        self.build_slots = max(1, build_slots or usable_cores())
+        #: The round exchange with the worker tasks: a spool folder of its own beside the
+        #: warehouse, looked at every ``poll`` seconds while the tasks apply a round, in which
+        #: ``build_slots`` tasks build at once (one per core by default).
+        self.channel: RoundChannel = SpoolChannel(warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}", poll=poll,
+                                                  build_slots=max(1, build_slots or usable_cores()))
         #: How many long-running worker tasks host the plan's workers (:func:`hosted_workers`):
         #: None, one per core (:func:`default_processes`); at most one per worker.
         self.processes = processes
@@ -117,8 +106,7 @@ class FollowSession:
         self.stats = FollowStats()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._round = 0
-        self._gate: int | None = None  # the held gate of round self._round (close_gate)
+        self._round = 0  # the number of the next round the channel carries
         self._idle_since: float | None = None  # when the last look that found nothing was
         self._landing: dict[str, int] = {}  # versions of the landing tables before the last look
 
@@ -151,18 +139,17 @@ class FollowSession:
             self.vocab = Vocabulary()
             self.server = build_main_server(lake, info, self.vocab, view, warehouse.cache_dir)
         warm_kernels()  # once here, so that the m worker processes load them instead of compiling
-        self.spool.mkdir(parents=True, exist_ok=False)
-        self._gate = close_gate(self.spool, 0)
+        self.channel.open()
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
         root = lake.local_root(tables.JOURNAL)
         if self.change_file_objects is not None and root is not None:
             self._change_files = ChangeFiles(root, journal_file_schema(lake), info.plan_version, self.run_id)
         self._tasks = processes
-        m, spool, poll, slots = info.workers, str(self.spool), self.poll, self.build_slots
+        m, channel = info.workers, self.channel
         rdd = (
             spark.sparkContext.parallelize(range(processes), processes)
             .barrier()
-            .mapPartitions(lambda _: follow_worker_loop(view, spool, config, poll, slots, processes, m))
+            .mapPartitions(lambda _: follow_worker_loop(view, channel, config, processes, m))
         )
 
         def drive() -> None:
@@ -174,7 +161,7 @@ class FollowSession:
         self._thread = threading.Thread(target=drive, name="dkmsks-follow-workers", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + self.start_timeout
-        while len(list(self.spool.glob("ready.w*"))) < m:
+        while self.channel.ready_workers() < m:
             self._check()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker tasks not ready after {self.start_timeout:.0f} s")
@@ -182,15 +169,11 @@ class FollowSession:
 
     def stop(self) -> None:
         """Stop the worker stage and wait for it (up to two minutes)."""
-        if self._thread is not None:
-            (self.spool / "stop").touch()
-        if self._gate is not None:  # wakes the tasks, which find the stop file
-            open_gate(self._gate)
-            self._gate = None
+        self.channel.stop()
         if self._thread is not None:
             self._thread.join(timeout=120)
             self._thread = None
-        shutil.rmtree(self.spool, ignore_errors=True)
+        self.channel.close()
 
     def __enter__(self) -> FollowSession:
         self.start()
@@ -199,13 +182,13 @@ class FollowSession:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _check(self, listed: set[str] | None = None) -> None:
-        """Raise if a worker task failed or the worker stage ended; ``listed``: the spool's
-        file names, when the caller has just listed it."""
-        names = listed if listed is not None else os.listdir(self.spool)
-        errors = sorted(name for name in names if name.startswith("error.t"))
-        if errors:
-            raise RuntimeError(f"worker task failed:\n{(self.spool / errors[0]).read_text()}")
+    def _check(self) -> None:
+        """Raise if a worker task failed or the worker stage ended."""
+        self.channel.check()
+        self._check_stage()
+
+    def _check_stage(self) -> None:
+        """Raise if the worker stage ended: a task's failure made Spark end it, or it returned."""
         if self._failure is not None:
             raise RuntimeError(f"the worker stage ended: {self._failure}") from self._failure
         if self._thread is not None and not self._thread.is_alive():
@@ -226,8 +209,8 @@ class FollowSession:
             if routed is None:
                 self._compact_if_large(report)
             else:
-                parts, written = self._dispatch_and_collect(routed, report)
-                self._commit(routed, parts, written, report)
+                output = self._dispatch_and_collect(routed, report)
+                self._commit(routed, output, report)
         self._idle_since = None if report.timestamps or report.compacted else time.monotonic()
         return report
 
@@ -273,57 +256,28 @@ class FollowSession:
         objects = sum(c[0] for c in routed.counts.values())
         return self._change_files if objects >= (self.change_file_objects or 0) else None
 
-    def _dispatch_and_collect(self, routed: RoutedBatch,
-                              report: RunReport) -> tuple[list[pa.Table], list[JournalFile]]:
-        """Hand the round's payload to the worker tasks and wait for every worker's records and,
-        when the tasks write the changes (:meth:`_change_files_for`), every task's change file."""
+    def _dispatch_and_collect(self, routed: RoutedBatch, report: RunReport) -> RoundOutput:
+        """Put the round on the channel and wait for every worker's records and, when the tasks
+        write the changes (:meth:`_change_files_for`), every task's change file."""
         started = time.perf_counter()
-        n = self._round
         files = self._change_files_for(routed)
-        atomic_write(round_file(self.spool, n), pickle.dumps((routed.payload, files), protocol=5))
-        held, self._gate = self._gate, close_gate(self.spool, n + 1)
-        if held is not None:
-            open_gate(held)
-        parts: list[pa.Table] = []
-        written: list[JournalFile] = []
-        pending = set(range(self.info.workers))
-        tasks = set(range(self._tasks)) if files is not None else set()
-        while pending or tasks:
-            # One listing per look, not a look per file: the driver looks every few
-            # milliseconds while both cores apply (docs/benchmarks.md).
-            present = set(os.listdir(self.spool))
-            for w in sorted(pending):
-                path = output_file(self.spool, n, w)
-                if path.name in present:
-                    parts.append(from_ipc(path.read_bytes()))
-                    path.unlink()
-                    pending.discard(w)
-            for task in sorted(tasks):
-                path = changes_file(self.spool, n, task)
-                if path.name in present:
-                    if text := path.read_text():
-                        written.append(JournalFile.from_json(text))
-                    path.unlink()
-                    tasks.discard(task)
-            if pending or tasks:
-                self._check(present)
-                time.sleep(self.poll)
-        round_file(self.spool, n).unlink()
-        gate_file(self.spool, n).unlink()  # every task passed it: each returned round n
+        self.channel.put_round(self._round, Round(routed.payload, files))
+        output = self.channel.collect(self._round, workers=self.info.workers,
+                                      tasks=self._tasks if files is not None else 0, alive=self._check_stage)
         self._round += 1
         report.phases_ms["workers"] = (time.perf_counter() - started) * 1e3
-        return parts, written
+        return output
 
-    def _commit(self, routed: RoutedBatch, parts: list[pa.Table], written: list[JournalFile],
-                report: RunReport) -> None:
+    def _commit(self, routed: RoutedBatch, output: RoundOutput, report: RunReport) -> None:
         """Commit the round: the workers' records (finals with the main server's refreshed
         weights) and a ledger record per timestamp in one journal commit (docs/design.md §8),
-        together with the change files the tasks ``written``; the refused events to quarantine
-        just before. Raises :class:`StateChanged` if another job committed these timestamps."""
-        info, lake, ts = self.info, self.lake, report.timestamps
+        together with the change files the tasks wrote; the refused events to quarantine just
+        before. Raises :class:`StateChanged` if another job committed these timestamps."""
+        info, lake, ts, written = self.info, self.lake, report.timestamps, output.change_files
         to_t = ts[-1]
         started = time.perf_counter()
-        records = journal_records(refresh_weights(self.server, pa.concat_tables(parts)), plan_version=info.plan_version,
+        records = journal_records(refresh_weights(self.server, pa.concat_tables(output.records)),
+                                  plan_version=info.plan_version,
                                   routed=routed, timestamps=ts, from_t=self.last, run_id=self.run_id)
         quarantine_refused(self.spark, routed.refused, self.run_id)
         files = self._change_files_for(routed)
