@@ -17,13 +17,13 @@ WORDS = [f"word{k}" for k in range(20_000)]
 
 
 def keyword_column(rng: np.random.Generator, rows: int, words: list[str], most: int = 4) -> KeywordColumn:
-    """``rows`` keyword sets of 1..``most`` distinct words of ``words`` each."""
+    """``rows`` keyword sets of 1..``most`` distinct words of ``words`` (at least ``most``) each."""
     lengths = rng.integers(1, most + 1, size=rows)
     ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     owners = np.repeat(np.arange(rows), lengths)
     # A row's words: a random first one and the next at a random stride below len(words) / most
     # (distinct), sorted within the row.
-    first, stride = rng.integers(0, len(words), size=rows), rng.integers(1, len(words) // most, size=rows)
+    first, stride = rng.integers(0, len(words), size=rows), rng.integers(1, max(2, len(words) // most), size=rows)
     ids = (first[owners] + (np.arange(ptr[-1]) - ptr[owners]) * stride[owners]) % len(words)
     ids = ids[np.lexsort((ids, owners))].astype(np.int32)
     return KeywordColumn.from_sets(KeywordSets(ptr, ids), words)

@@ -26,6 +26,7 @@ The modules, from the entry point down:
   workers;
 - :mod:`.spool` — :class:`SpoolChannel`, the round exchange through a directory: file names,
   atomic writes, the gates idle tasks sleep at, the build slots;
+- :mod:`.wire` — a round and a worker's records as bytes: Arrow IPC and JSON, data only;
 - :mod:`.heap` — the glibc allocator settings of a warm worker task.
 
 The spool is a local directory, so follow mode needs the driver and executors to share a

@@ -17,8 +17,9 @@ host (:meth:`RoundChannel.build_slot`), and leaves its traceback when it fails
 (:meth:`RoundChannel.fail`), which the driver raises (:meth:`RoundChannel.check`).
 
 :class:`~dkmsks.jobs.follow.spool.SpoolChannel` is the one implementation: a directory that
-the driver and the executors share. A channel crosses into the tasks with the stage's closure,
-so an implementation must pickle, and a task's copy holds none of the driver's resources.
+the driver and the executors share. A channel crosses into the tasks inside the stage's
+closure, so Spark must be able to serialise it, and a task's copy holds none of the driver's
+resources. What a channel carries is bytes of :mod:`.wire`, data only.
 """
 
 from __future__ import annotations

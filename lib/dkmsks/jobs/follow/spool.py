@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import pickle
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from dkmsks.jobs.follow.channel import Round, RoundOutput
-from dkmsks.spark.worker_tasks import from_ipc, to_ipc
+from dkmsks.jobs.follow.wire import decode_records, decode_round, encode_records, encode_round
 from dkmsks.storage.journal_files import JournalFile
 
 
@@ -154,7 +153,7 @@ class SpoolChannel:
     def put_round(self, n: int, round_: Round) -> None:
         """Write the payload of round ``n``, then let the tasks through its gate (after closing
         the next one, so that a task that finishes early waits again)."""
-        atomic_write(round_file(self.folder, n), pickle.dumps((round_.payload, round_.change_files), protocol=5))
+        atomic_write(round_file(self.folder, n), encode_round(round_))
         held, self._gate = self._gate, close_gate(self.folder, n + 1)
         if held is not None:
             open_gate(held)
@@ -171,7 +170,7 @@ class SpoolChannel:
             for w in sorted(pending):
                 path = output_file(self.folder, n, w)
                 if path.name in present:
-                    out.records.append(from_ipc(path.read_bytes()))
+                    out.records.append(decode_records(path.read_bytes()))
                     path.unlink()
                     pending.discard(w)
             for task in sorted(describing):
@@ -220,22 +219,22 @@ class SpoolChannel:
         atomic_write(self.folder / f"ready.w{worker:04d}", b"ok")
 
     def get_round(self, n: int) -> Round | None:
-        """Sleep at round ``n``'s gate, then read its payload; None once the stop file is there.
+        """Sleep at round ``n``'s gate, then read its payload (data only: :mod:`.wire`); None once
+        the stop file is there.
         Without a payload behind an open gate (the driver died) look every ``poll`` seconds until
         the stage is torn down."""
         while True:
             wait_at_gate(self.folder, n)
             path = round_file(self.folder, n)
             if path.exists():
-                payload, change_files = pickle.loads(path.read_bytes())
-                return Round(payload, change_files)
+                return decode_round(path.read_bytes())
             if (self.folder / "stop").exists():
                 return None
             time.sleep(self.poll)
 
     def put_records(self, n: int, worker: int, records: pa.Table) -> None:
         """Write ``worker``'s records of round ``n`` as an Arrow IPC stream."""
-        atomic_write(output_file(self.folder, n, worker), to_ipc(records))
+        atomic_write(output_file(self.folder, n, worker), encode_records(records))
 
     def put_changes(self, n: int, task: int, file: JournalFile | None) -> None:
         """Write the description of ``task``'s change file of round ``n`` (empty: none)."""
