@@ -4,11 +4,11 @@
 worker tasks (:mod:`.worker_loop`) in one barrier stage that lives as long as the session.
 Each :meth:`~FollowSession.step` is one round under the writer lock, in three steps:
 :meth:`~FollowSession._take_and_route` (the pending timestamps, routed by the main server),
-:meth:`~FollowSession._dispatch_and_collect` (the payload to the worker tasks, their records
-back) and :meth:`~FollowSession._commit` (one journal commit, as a catch-up run's; docs/design.md
-§8). Before each round it checks that the journal and ``knn_state`` are at the versions it last
-saw; if another job committed, it raises :class:`StateChanged` and the service
-(:mod:`.service`) restarts from Delta.
+:meth:`~FollowSession._dispatch_and_collect` (the payload to the worker tasks through the
+round channel, :mod:`.channel`, and their records back) and :meth:`~FollowSession._commit`
+(one journal commit, as a catch-up run's; docs/design.md §8). Before each round it checks that
+the journal and ``knn_state`` are at the versions it last saw; if another job committed, it
+raises :class:`StateChanged` and the service (:mod:`.service`) restarts from Delta.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from dkmsks.warehouse import Warehouse
 #: append ~10 ms; written by the tasks they made it slower (a file and a hand-over per task,
 #: and a commit of files: 0.14 against 0.10 s per round at |S| = 1M, docs/benchmarks.md).
 CHANGE_FILE_OBJECTS = 10_000
-
 
 
 class StateChanged(RuntimeError):
@@ -277,8 +276,8 @@ class FollowSession:
         to_t = ts[-1]
         started = time.perf_counter()
         records = journal_records(refresh_weights(self.server, pa.concat_tables(output.records)),
-                                  plan_version=info.plan_version,
-                                  routed=routed, timestamps=ts, from_t=self.last, run_id=self.run_id)
+                                  plan_version=info.plan_version, routed=routed, timestamps=ts, from_t=self.last,
+                                  run_id=self.run_id)
         quarantine_refused(self.spark, routed.refused, self.run_id)
         files = self._change_files_for(routed)
         committed = (commit_with_files(lake, records, written, to_t, schema=files.schema) if files is not None

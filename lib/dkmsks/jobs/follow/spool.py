@@ -220,9 +220,8 @@ class SpoolChannel:
 
     def get_round(self, n: int) -> Round | None:
         """Sleep at round ``n``'s gate, then read its payload (data only: :mod:`.wire`); None once
-        the stop file is there.
-        Without a payload behind an open gate (the driver died) look every ``poll`` seconds until
-        the stage is torn down."""
+        the stop file is there. Without a payload behind an open gate (the driver died), look
+        every ``poll`` seconds until the stage is torn down."""
         while True:
             wait_at_gate(self.folder, n)
             path = round_file(self.folder, n)

@@ -3,8 +3,9 @@
 The driver starts ``processes`` of these tasks in one barrier stage
 (:class:`~dkmsks.jobs.follow.session.FollowSession`); task ``i`` hosts workers ``i, i + p,
 i + 2p, ...`` of the plan (:func:`hosted_workers`). It builds them a few tasks at a time, then
-sleeps until the driver's next round, applies it to each hosted worker in turn and hands each
-worker's records back as soon as they are made.
+waits for the driver's next round, applies it to each hosted worker in turn and hands each
+worker's records back as soon as they are made — all through the round channel
+(:class:`~dkmsks.jobs.follow.channel.RoundChannel`), its only link to the driver.
 """
 
 from __future__ import annotations
