@@ -1,4 +1,5 @@
-"""Follow mode's build slots: at most ``slots`` worker builds at once, across processes."""
+"""Follow mode's build slots (jobs/follow/spool.py): at most ``slots`` worker builds at once,
+across processes."""
 
 import fcntl
 import multiprocessing
@@ -6,7 +7,9 @@ import time
 
 import pytest
 
-from dkmsks.jobs.follow import build_slot
+from dkmsks.jobs.follow.spool import build_slot
+
+pytestmark = pytest.mark.unit
 
 
 def _build(folder, slots, log, hold, start=None):

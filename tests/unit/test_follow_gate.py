@@ -1,11 +1,16 @@
-"""Follow mode's round gates: idle worker tasks sleep until the driver opens the next round."""
+"""Follow mode's round gates (jobs/follow/spool.py): idle worker tasks sleep until the driver
+opens the next round."""
 
 import multiprocessing
 import os
 import resource
 import time
 
-from dkmsks.jobs.follow import close_gate, open_gate, wait_at_gate
+import pytest
+
+from dkmsks.jobs.follow.spool import close_gate, open_gate, wait_at_gate
+
+pytestmark = pytest.mark.unit
 
 
 def _wait(folder, n, log):

@@ -1,4 +1,4 @@
-"""A warm follow worker keeps the memory it frees for its next round (jobs/follow.py,
+"""A warm follow worker keeps the memory it frees for its next round (jobs/follow/heap.py,
 keep_freed_memory): round after round the same temporaries come back without page faults; and
 with its heap touched once beforehand (prefault_heap) even the first round's do."""
 
@@ -19,7 +19,7 @@ SIZES_MIB = (4, 6, 2, 8, 1, 3)
 CHILD = textwrap.dedent("""
     import resource, sys
     import numpy as np
-    from dkmsks.jobs.follow import keep_freed_memory, prefault_heap
+    from dkmsks.jobs.follow.heap import keep_freed_memory, prefault_heap
 
     if sys.argv[1] in ("keep", "prefault"):
         assert keep_freed_memory()
@@ -60,7 +60,7 @@ def test_freed_temporaries_come_back_without_page_faults():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 def test_a_touched_heap_serves_the_first_round_without_page_faults():
-    from dkmsks.jobs.follow import ROUND_HEAP_PREFAULT
+    from dkmsks.jobs.follow.heap import ROUND_HEAP_PREFAULT
 
     assert sum(SIZES_MIB) * 2**20 <= ROUND_HEAP_PREFAULT, "the round must fit in the touched heap"
     pages = sum(SIZES_MIB) * 2**20 // 4096

@@ -1,4 +1,4 @@
-"""Which follow-mode worker task hosts which workers of the plan (jobs/follow.py)."""
+"""Which follow-mode worker task hosts which workers of the plan (jobs/follow/worker_loop.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def test_every_worker_is_hosted_by_exactly_one_task_and_the_tasks_differ_by_at_m
 
 def test_the_default_is_one_task_per_core_and_never_more_than_the_workers(monkeypatch):
     # The cores this process may use (tests/unit/test_cores.py: affinity and cgroup quota).
-    monkeypatch.setattr("dkmsks.jobs.follow.usable_cores", lambda: 2)
+    monkeypatch.setattr("dkmsks.jobs.follow.worker_loop.usable_cores", lambda: 2)
     assert default_processes(20) == 2
     assert default_processes(1) == 1
-    monkeypatch.setattr("dkmsks.jobs.follow.usable_cores", lambda: 1)
+    monkeypatch.setattr("dkmsks.jobs.follow.worker_loop.usable_cores", lambda: 1)
     assert default_processes(20) == 1

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 # A kernel built with autogroup scheduling; a fresh session (each child below) has one then.
 HAS_AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled").exists()
 

@@ -1,7 +1,7 @@
 """How many timestamps a follow round takes: ``--max-timestamps`` and its default.
 
 A round holds its timestamps' payload and records until it commits, so follow mode caps a
-round by default (:data:`dkmsks.jobs.follow.ROUND_TIMESTAMPS`); the rounds themselves are
+round by default (:data:`dkmsks.jobs.follow.service.ROUND_TIMESTAMPS`); the rounds themselves are
 tested with real follow processes in tests/reliability/test_live.py.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+
+pytestmark = pytest.mark.unit
 
 
 def test_an_absent_flag_is_the_default_cap_and_zero_is_no_cap():

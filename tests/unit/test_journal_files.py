@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.lake_tables import create_tables
 
-from dkmsks.jobs.follow import CHANGE_FILE_OBJECTS, ChangeFiles, hand_over_changes
+from dkmsks.jobs.follow import CHANGE_FILE_OBJECTS, ChangeFiles, write_changes
 from dkmsks.spark.main_server import RoutedBatch
 from dkmsks.storage import tables
 from dkmsks.storage.journal import (
@@ -158,16 +158,15 @@ def test_files_of_tasks_and_driver_commit_once_read_back_as_written_and_a_replay
     assert lake.read(tables.JOURNAL).num_rows == back.num_rows
 
 
-def test_a_task_hands_over_its_changes_as_a_file_of_the_run_or_as_nothing(tmp_path: Path) -> None:
+def test_a_task_writes_its_changes_as_a_file_of_the_run_or_writes_nothing(tmp_path: Path) -> None:
     lake = create_tables(Warehouse(tmp_path / "wh"))
     root = lake.local_root(tables.JOURNAL)
     files = ChangeFiles(root, journal_file_schema(lake), plan_version=5, run_id="follow-a")
     out = _worker_records(np.random.default_rng(3), 400)
     changes = out.filter(pc.equal(out.column("record"), "change"))
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    hand_over_changes(spool, 4, 1, [changes.slice(0, 10), changes.slice(10)], files)
-    described = JournalFile.from_json((spool / "changes-000004.t0001.json").read_text())
+    described = write_changes([changes.slice(0, 10), changes.slice(10)], files)
+    assert described is not None
+    described = JournalFile.from_json(described.to_json())  # as the driver reads it
     assert described.kind == "change" and described.rows == changes.num_rows
     assert described.path.startswith("record=change/")
     rows = pq.read_table(os.path.join(root, described.path))
@@ -176,9 +175,9 @@ def test_a_task_hands_over_its_changes_as_a_file_of_the_run_or_as_nothing(tmp_pa
     assert set(rows.column("plan_version").to_pylist()) == {5}
     assert set(rows.column("run_id").to_pylist()) == {"follow-a"}
     assert described.size == os.path.getsize(os.path.join(root, described.path))
-    # A task whose workers changed nothing says so, and writes no file.
-    hand_over_changes(spool, 5, 0, [changes.slice(0, 0)], files)
-    assert (spool / "changes-000005.t0000.json").read_text() == ""
+    # A task whose workers changed nothing writes no file.
+    assert write_changes([changes.slice(0, 0)], files) is None
+    assert write_changes([], files) is None
     assert len(list(Path(root, "record=change").iterdir())) == 1
 
 

@@ -2,8 +2,8 @@
 
 Runs against a warehouse that is already partitioned and has pending timestamps (for example
 the one ``dkm bench pipeline`` leaves under its workdir, which runs this benchmark as a
-subprocess). Starts a :class:`~dkmsks.jobs.follow.FollowSession` on ``local[m + 2]`` (``--processes``
-worker tasks host its workers) and:
+subprocess). Starts a :class:`~dkmsks.jobs.follow.session.FollowSession` on ``local[m + 2]``
+(``--processes`` worker tasks host its workers) and:
 
 1. ``--timestamps`` rounds of ONE timestamp each: the per-timestamp latency of follow mode
    (median, min, max; per phase);

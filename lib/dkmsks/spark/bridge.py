@@ -134,10 +134,10 @@ class GroupEvents:
 class RoundInputs:
     """A payload's inputs in one vocabulary, made once for every worker that shares it.
 
-    A follow-mode task hosts several workers (jobs/follow.py) and applies each round's payload
-    to them one after another. Built alike and over one vocabulary, they agree on the payload's
-    keyword ids, on each timestamp's routed deletions and insertions, on each probe group's
-    objects and, where the index's probe does not depend on the worker's subscriptions (the
+    A follow-mode task hosts several workers (jobs/follow/worker_loop.py) and applies each
+    round's payload to them one after another. Built alike and over one vocabulary, they agree
+    on the payload's keyword ids, on each timestamp's routed deletions and insertions, on each
+    probe group's objects and, where the index's probe does not depend on the worker's subscriptions (the
     DkM-SKS grid, KOP: ``shared_probe``), on the probe itself and its sorted form, as the
     in-memory engine's workers share them (dkmsks.core.engine). Each part is made by the first
     worker that asks for it; groups are kept for the next workers up to ``keep_bytes`` (a 1M/1M

@@ -122,12 +122,12 @@ class WorkerRecords:
     Arrow once, by :meth:`tables`. A batch of 100 timestamps makes ~400 groups of records per
     worker; an Arrow table per group (22 arrays, most of them all null) took 15 % of a worker's
     apply in one process (335 against 285 ms at |S| = 1M, m = 20). In follow's burst round it
-    made no measurable difference: there page faults set the cost (jobs/follow.py,
+    made no measurable difference: there page faults set the cost (jobs/follow/heap.py,
     keep_freed_memory).
 
     The result changes are kept apart from the other records (metrics, finals): a follow task
     writes a large round's changes into the journal itself and sends the rest to the driver
-    (jobs/follow.py, ChangeFiles), and splitting one table by kind copied every list column."""
+    (jobs/follow/worker_loop.py, ChangeFiles), and splitting one table by kind copied every list column."""
 
     def __init__(self, worker_id: int) -> None:
         self.worker_id = worker_id
