@@ -38,6 +38,28 @@ if [ ! -f "$jars/.complete" ]; then
   fi
 fi
 
+# A warehouse on S3 (dkmsks.spark.s3): Hadoop's S3A connector and the AWS SDK modules it calls
+# (build/s3-jars.pom.xml; only the groups pyspark does not ship), and the LogStore that commits
+# by create-if-absent (build/logstore). Redone when either pom or the LogStore's source changes.
+s3jars=.cache/jars-s3
+s3stamp="$s3jars/.complete-$(cat build/s3-jars.pom.xml build/logstore/pom.xml \
+  $(find build/logstore/src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)"
+if [ ! -f "$s3stamp" ]; then
+  if command -v mvn >/dev/null 2>&1; then
+    echo "bootstrap: fetching the S3A jars and building the S3 LogStore into $s3jars"
+    rm -rf "$s3jars"
+    mkdir -p "$s3jars"
+    mvn -B -q -f build/s3-jars.pom.xml dependency:copy-dependencies \
+      -DincludeGroupIds=org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,org.reactivestreams,software.amazon.s3.analyticsaccelerator \
+      -DoutputDirectory="$PWD/$s3jars"
+    mvn -B -q -f build/logstore/pom.xml package
+    cp build/logstore/target/dkmsks-logstore-1.jar "$s3jars/"
+    touch "$s3stamp"
+  else
+    echo "bootstrap: mvn not found; a warehouse on S3 needs the S3A jars and LogStore (install Maven, re-run)"
+  fi
+fi
+
 # The worker kernels, compiled into numba's cache (lib/dkmsks/core/__pycache__/numba-<digest of the
 # core's sources>, dkmsks.numba_cache) unless it holds them for these sources already (then a load,
 # ~1 s): the first Spark job's worker processes then load them instead of each compiling them at

@@ -4,6 +4,11 @@ failed under ``CI=true``)."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -104,6 +109,50 @@ def spark(spark_warehouse):
     session = build_session(spark_warehouse, app_name="dkmsks-tests", master="local[2]", shuffle_partitions=4)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def objectstore(tmp_path_factory):
+    """A private S3-compatible object store for the test run: ``scripts/objectstore.sh start``
+    with its data in a temp folder and on a free port; yields the client's settings of its env
+    file (``AWS_*``, ``DKMSKS_WAREHOUSE``) as a dict, and stops the server by its PID at the end."""
+    if shutil.which("curl") is None:
+        missing_prerequisite("curl is absent (scripts/objectstore.sh signs its requests with it)")
+    folder = tmp_path_factory.mktemp("objectstore")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DKMSKS_OBJECTSTORE_DIR": str(folder), "DKMSKS_OBJECTSTORE_PORT": str(port)}
+    started = subprocess.run([str(REPO / "scripts" / "objectstore.sh"), "start"], env=env,
+                             capture_output=True, text=True, timeout=900)
+    if started.returncode != 0:
+        if "go not found" in started.stderr:
+            missing_prerequisite(f"the object store cannot be built: {started.stderr.strip()}")
+        pytest.fail(f"scripts/objectstore.sh start failed ({started.returncode}): {started.stderr}", pytrace=False)
+    pid = int((folder / "versitygw.pid").read_text())
+    try:
+        lines = (folder / "env").read_text().splitlines()
+        yield dict(line.split("=", 1) for line in lines if "=" in line)
+    finally:
+        _stop(pid)
+
+
+def _stop(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM to ``pid``, SIGKILL after ``timeout`` s; a zombie counts as stopped."""
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    if not alive():
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive():
+        os.kill(pid, signal.SIGKILL)
 
 
 def database_name(prefix: str, request) -> str:
