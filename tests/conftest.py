@@ -217,42 +217,9 @@ def pytest_collection_modifyitems(config, items):
 
 # --------------------------------------------------------------------------- the object store
 
-#: The client settings scripts/objectstore.sh writes (its env file), which tests put into the
-#: environment of whatever they run against the store.
+#: The client settings of the object store's env file that tests put into the environment of
+#: whatever they run against it (not its DKMSKS_WAREHOUSE: each test has a prefix of its own).
 OBJECTSTORE_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def objectstore(tmp_path_factory):
-    """A private S3-compatible object store for this test process (``scripts/objectstore.sh``:
-    the Versity S3 Gateway on a free port of 127.0.0.1, built from the Go module proxy on first
-    use), stopped by PID at the end; yields its client settings (``AWS_*`` variables and the
-    bucket ``dkmsks``)."""
-    import shutil
-    import subprocess
-
-    binary = REPO / ".cache" / "bin" / "versitygw-v1.8.0"
-    if not binary.exists() and shutil.which("go") is None:
-        missing_prerequisite("the object store is built with Go (go not found) into .cache/bin")
-    folder = tmp_path_factory.mktemp("objectstore")
-    env = {**os.environ, "DKMSKS_OBJECTSTORE_DIR": str(folder), "DKMSKS_OBJECTSTORE_PORT": str(_free_port())}
-    script = REPO / "scripts" / "objectstore.sh"
-    started = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True, timeout=900)
-    if started.returncode != 0:
-        pytest.fail(f"scripts/objectstore.sh start failed:\n{started.stdout}\n{started.stderr}", pytrace=False)
-    settings = dict(line.split("=", 1) for line in (folder / "env").read_text().splitlines() if "=" in line)
-    try:
-        yield {key: settings[key] for key in OBJECTSTORE_VARIABLES}
-    finally:
-        subprocess.run([str(script), "stop"], env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture
@@ -261,7 +228,7 @@ def s3_warehouse(objectstore, monkeypatch, request):
     with the store's settings in this process's environment (and so in every child's)."""
     import uuid
 
-    for key, value in objectstore.items():
-        monkeypatch.setenv(key, value)
+    for key in OBJECTSTORE_VARIABLES:
+        monkeypatch.setenv(key, objectstore[key])
     name = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
     return f"s3://dkmsks/{name}-{uuid.uuid4().hex[:8]}"

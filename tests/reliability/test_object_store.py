@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from conftest import OBJECTSTORE_VARIABLES
 from dkmsks.client import Client
 from dkmsks.core.model import Vocabulary
 from dkmsks.storage import tables
@@ -211,7 +212,7 @@ def dkm(*args: str, env: dict) -> subprocess.CompletedProcess:
 def test_a_store_that_cannot_be_used_is_one_line_and_exit_2_with_nothing_written(problem, objectstore, s3_warehouse,
                                                                                 tmp_path):
     warehouse = Warehouse(s3_warehouse)
-    env = {**os.environ, **objectstore}
+    env = {**os.environ, **{key: objectstore[key] for key in OBJECTSTORE_VARIABLES}}
     uri = s3_warehouse
     if problem == "wrong secret":
         env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"

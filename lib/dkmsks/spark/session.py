@@ -119,9 +119,21 @@ def session_conf(
     java_opts += os.environ.get("DKMSKS_DRIVER_JAVA_OPTS", "").split()
     if java_opts:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_opts)
-    if jars:
-        conf["spark.jars"] = ",".join(str(j) for j in jars)
+    if warehouse.location is not None:
+        # Tables on object storage: S3A, credentials from the environment (never a setting), and
+        # Delta's commits by create-if-absent (dkmsks.spark.s3).
+        from dkmsks.spark.s3 import s3_jars, s3a_conf
+
+        conf.update(s3a_conf())
+        found = s3_jars()
+        if not found:
+            raise FileNotFoundError("the S3 connector's jars are missing (.cache/jars-s3): run scripts/bootstrap.sh")
+        extra = found
     else:
+        extra = []
+    if jars or extra:
+        conf["spark.jars"] = ",".join(str(j) for j in [*jars, *extra])
+    if not jars:
         conf["spark.jars.packages"] = DELTA_PACKAGE
     return conf
 
