@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from dkmsks.core.model import KnnResult, Results
 from dkmsks.core.sets import member
 from dkmsks.storage import tables
 from dkmsks.storage.journal import last_processed
-from dkmsks.storage.lake import Lake, MissingTable, where
+from dkmsks.storage.lake import Lake, MissingTable, file_exists, where
 from dkmsks.storage.retention import ENV, describe_retention
 
 #: Order of changes of one subscription within one timestamp (docs/design.md §1).
@@ -176,15 +175,15 @@ def last_change_rows(sub: np.ndarray, t: np.ndarray, kind: np.ndarray) -> np.nda
 
 def missing_history(lake: Lake, version: int) -> str | None:
     """Why ``knn_state`` at ``version`` can no longer be read (expired log entry, files or
-    deletion vectors removed by VACUUM), or None when it is intact. The warehouse is a local
-    folder (:class:`~dkmsks.warehouse.Warehouse`), so files are checked where they lie."""
+    deletion vectors removed by VACUUM), or None when it is intact; files are looked for where
+    they lie (a folder, or object storage)."""
     from deltalake.exceptions import DeltaError
 
     try:
         table = lake.table(tables.STATE, version)
     except (MissingTable, DeltaError):
         return f"the Delta log entry of knn_state version {version} has expired"
-    missing = [uri for uri in table.file_uris() if not Path(uri).exists()]
+    missing = [uri for uri in table.file_uris() if not file_exists(uri)]
     if missing:
         return f"{len(missing)} data file(s) of knn_state version {version} were removed by VACUUM"
     try:

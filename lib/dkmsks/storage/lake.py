@@ -150,6 +150,15 @@ def _commit_file(uri: str, version: int) -> tuple[Any, ...]:
     return info.st_ino, info.st_size, info.st_mtime_ns
 
 
+def file_exists(uri: str) -> bool:
+    """Whether a data file (a URI the Delta log names) is still there, on a file system or on
+    object storage."""
+    if not is_remote(uri):
+        return os.path.exists(uri.removeprefix("file://"))
+    store, key = _object(uri)
+    return store.head(key) is not None
+
+
 def has_table(warehouse: Warehouse, name: str) -> bool:
     """Whether table ``name`` of ``warehouse`` exists (has a Delta log), in a folder or on
     object storage."""
