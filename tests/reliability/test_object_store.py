@@ -236,3 +236,26 @@ def test_a_store_that_cannot_be_used_is_one_line_and_exit_2_with_nothing_written
     # Nothing was written, under the test's prefix or anywhere a wrong bucket could have sent it.
     assert not ObjectStore.of(warehouse.location).has_prefix(warehouse.location.key() + "/")
     assert not Path(warehouse.root, "run").exists()
+
+
+def test_a_lease_given_back_is_taken_again_by_its_process_under_the_same_fence(s3_warehouse, monkeypatch):
+    """Follow mode takes the writer lock per round: its own lease, given back and untaken since,
+    keeps its epoch, so no new fence commit moves the journal (which follow would read as another
+    writer's commit); another process's take raises the epoch and fences the journal anew."""
+    from dkmsks.storage.writer_lock import writer_lock
+
+    warehouse = Warehouse(s3_warehouse)
+    lake = create_tables(warehouse)
+    with writer_lock(warehouse, "round 1") as lease:
+        first = lease.epoch
+    version = lake.version(tables.JOURNAL)
+    with writer_lock(warehouse, "round 2") as lease:
+        assert lease.epoch == first
+    assert lake.version(tables.JOURNAL) == version
+    holder, epoch = start_holder(s3_warehouse)
+    holder.stdin.close()
+    holder.wait()
+    assert epoch == first + 1
+    with writer_lock(warehouse, "round 3") as lease:
+        assert lease.epoch == epoch + 1
+    assert lake.table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == epoch + 1

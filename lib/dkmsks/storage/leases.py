@@ -84,11 +84,16 @@ def set_fence(fence: Fence | None, uri: str) -> None:
             _fences[uri] = fence
 
 
+#: This process, in every body it writes: a lease it gave back and nobody took since is taken
+#: again by it under the same epoch (no new fence: follow mode takes the writer lock per round).
+_PROCESS = uuid.uuid4().hex
+
+
 def _body(who: str, epoch: int, state: str) -> bytes:
     # The nonce makes every body distinct, so every write gets a new ETag (an ETag is a digest
     # of the content: two equal bodies would let a stale If-Match pass).
     return json.dumps({"holder": who, "host": socket.gethostname(), "pid": os.getpid(), "epoch": epoch,
-                       "state": state, "nonce": uuid.uuid4().hex,
+                       "state": state, "process": _PROCESS, "nonce": uuid.uuid4().hex,
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
 
 
@@ -140,6 +145,10 @@ class Lease:
                 data, etag = got
                 body = _parse(data)
                 epoch = int(body["epoch"]) + 1  # type: ignore[call-overload]
+                if body.get("state") == "free" and body.get("process") == _PROCESS:
+                    # Our own, given back and untouched since: whatever we committed under its
+                    # epoch is still the newest writer's, so the fence stays as it is.
+                    epoch -= 1
                 if seen is None or seen[0] != etag:
                     seen = (etag, started)
                 expired = started - seen[1] >= self.lease_seconds
