@@ -30,6 +30,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--objects", type=Path, help="objects file (TSV/CSV, .gz, or Parquet)")
     p.add_argument("--events", type=Path, help="subscription events file")
     p.add_argument("--bounds", type=bounds_option, default=None, metavar="BOUNDS", help=BOUNDS_HELP)
+    p.add_argument("--until", type=int, default=None,
+                   help="ingest the rows with t <= T only (e.g. 0: O_init and the initial subscriptions)")
     args = p.parse_args(argv)
     if not args.objects and not args.events:
         p.error("give --objects, --events or both")
@@ -42,7 +44,7 @@ def run(spark: SparkSession, warehouse: Warehouse, args: argparse.Namespace) -> 
 
     try:
         reports = ingest_files(spark, warehouse, objects=args.objects, events=args.events,
-                               run_id=args.run_id or "ingest", bounds=args.bounds)
+                               run_id=args.run_id or "ingest", bounds=args.bounds, upto=args.until)
     except InputError as err:
         # One line, and an exit status that tells the DAG not to retry: the input must change.
         print(f"dkmsks-ingest: error: {err}", file=sys.stderr)

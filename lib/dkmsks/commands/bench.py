@@ -20,6 +20,7 @@ BENCHMARKS = {
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
+    "storage": ("storage", "the warehouse on a folder and on object storage, side by side -> docs/benchmarks.md"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
 
