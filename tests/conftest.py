@@ -156,8 +156,26 @@ def _xdist_group(nodeid: str) -> tuple[int, str | None]:
     return len(XDIST_GROUPS), None
 
 
+# --------------------------------------------------------------------------- layers
+
+#: Every test belongs to a layer, its marker (pyproject.toml registers them): ``-m unit`` and
+#: the others select by these alone, so a test without one runs in no layer's selection.
+LAYERS = frozenset({"unit", "spark", "dags", "e2e", "reliability"})
+
+
+def without_a_layer(items) -> list[str]:
+    """The node ids of ``items`` that carry none of the :data:`LAYERS` markers."""
+    return [item.nodeid for item in items if not LAYERS & {mark.name for mark in item.iter_markers()}]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups' marks
 def pytest_collection_modifyitems(config, items):
+    # Checked on everything collected, before ``-m`` deselects: an unmarked test is one that
+    # ``-m unit`` silently never runs.
+    if unmarked := without_a_layer(items):
+        raise pytest.UsageError(
+            f"{len(unmarked)} collected tests carry no layer marker ({', '.join(sorted(LAYERS))}); mark each "
+            "module with pytestmark (or each test), e.g. pytestmark = pytest.mark.unit:\n  " + "\n  ".join(unmarked))
     ranked = sorted(enumerate(items), key=lambda pair: (_xdist_group(pair[1].nodeid)[0], pair[0]))
     items[:] = [item for _, item in ranked]
     for item in items:

@@ -11,6 +11,8 @@ import pytest
 
 from dkmsks.cores import cgroup_cpu_quota, usable_cores
 
+pytestmark = pytest.mark.unit
+
 
 def _v2(root, text):
     (root / "cpu.max").write_text(text)

@@ -8,6 +8,8 @@ import pytest
 
 from dkmsks.jobs.follow import build_slot
 
+pytestmark = pytest.mark.unit
+
 
 def _build(folder, slots, log, hold, start=None):
     if start is not None:  # every builder asks at once, however late the loaded machine started it

@@ -5,7 +5,11 @@ import os
 import resource
 import time
 
+import pytest
+
 from dkmsks.jobs.follow import close_gate, open_gate, wait_at_gate
+
+pytestmark = pytest.mark.unit
 
 
 def _wait(folder, n, log):

@@ -17,6 +17,8 @@ import pytest
 
 from dkmsks.jobs.priority import autogroup_nice
 
+pytestmark = pytest.mark.unit
+
 # A kernel built with autogroup scheduling; a fresh session (each child below) has one then.
 HAS_AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled").exists()
 

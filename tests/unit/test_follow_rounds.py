@@ -11,6 +11,8 @@ import inspect
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 
 def test_an_absent_flag_is_the_default_cap_and_zero_is_no_cap():
     from dkmsks.jobs.follow import ROUND_TIMESTAMPS, follow_forever, round_cap
