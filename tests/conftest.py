@@ -135,7 +135,8 @@ def fresh_db(spark, spark_warehouse, request):
 #: pytest 9.2 broke this without a word: xdist 3.8 groups by a suffix it writes into the
 #: node id, which pytest 9.2's structured node ids ignore, so every test went out on its own
 #: and each worker built the groups' fixtures again (pytest-xdist issue 1386). requirements.lock
-#: pins pytest 9.1.1 until xdist follows; tests/unit/test_xdist_groups.py checks it holds.
+#: and pyproject's ``dev`` extra pin pytest 9.1.1 until xdist follows (tests/unit/test_pins.py
+#: keeps the two pins equal); tests/unit/test_xdist_groups.py checks the grouping holds.
 XDIST_GROUPS: list[tuple[str, str]] = [
     ("tests/e2e/test_compose_stack.py", "compose-stack"),
     ("tests/reliability/test_crash.py", "crash"),
