@@ -150,7 +150,8 @@ events = read_events(sys.argv[1] + "/events.tsv", vocab).events
 warm_up()
 warmed = signatures()
 for method in ("dkm", "kop", "sop", "ps2"):
-    engine, _ = build_engine(PartitionConfig(method=Method(method), workers=4), objects, events, kernel="numba")
+    engine, _ = build_engine(PartitionConfig(method=Method(method), workers=4), objects, events, threads=2,
+                             kernel="numba")
     for _ in engine.run(objects, events, until=3):
         pass
 late = sorted(f"{name} {sig}" for name, sigs in signatures().items() for sig in sigs - warmed.get(name, set()))

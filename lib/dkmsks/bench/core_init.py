@@ -28,6 +28,7 @@ from dkmsks.bench.stats import timed
 from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.cores import usable_cores
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     r = a.runs
-    t_sb, stats = timed(lambda: ObjectStatistics.build(o_init, n_keywords), r)
+    t_sb, stats = timed(lambda: ObjectStatistics.build(o_init, n_keywords, workers=usable_cores()), r)
     print(f"{'ObjectStatistics.build':36} {t_sb:6.2f}", flush=True)
     t_rc, counts = timed(lambda: stats.count_in_rects(xmin, ymin, xmax, ymax), r)
     label = f"count_in_rects x{a.rects:,}"
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_kc, kcounts = timed(lambda: stats.count_keyword_in_rects(kw, xmin, ymin, xmax, ymax), r)
     label = f"count_keyword_in_rects x{a.rects:,}"
     print(f"{label:36} {t_kc:6.2f}  (mean |O_R,λ| {kcounts.mean():,.0f})", flush=True)
-    t_kb, index = timed(lambda: StaticKnnIndex.build(o_init, n_keywords), r)
+    t_kb, index = timed(lambda: StaticKnnIndex.build(o_init, n_keywords, workers=usable_cores()), r)
     print(f"{'StaticKnnIndex.build':36} {t_kb:6.2f}", flush=True)
     t_kq, (ids, d2) = timed(lambda: index.query(subs, width=10), r)
     full = np.isfinite(d2[np.arange(len(subs)), subs.k.astype(np.int64) - 1]).mean()

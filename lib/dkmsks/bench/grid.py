@@ -37,6 +37,7 @@ from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
 from dkmsks.core.kernel import NO_BOUND
 from dkmsks.core.model import results_equal
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.cores import usable_cores
 
 prose = Prose.load("grid")
 #: The layouts compared by default: every level with 9 cells a ball (the grid's first layout),
@@ -78,8 +79,8 @@ def run_side_by_side(objects: object, events: object, config: PartitionConfig, l
     engines = []
     for layout in layouts:
         say(f"grid {label(layout)}: initial phase, plan and workers ...")
-        engine, _ = build_engine(config, objects, events, clock=time.perf_counter, kernel="numba",  # type: ignore[arg-type]
-                                 **{f: layout[f] for f in FIELDS})
+        engine, _ = build_engine(config, objects, events, threads=usable_cores(),  # type: ignore[arg-type]
+                                 clock=time.perf_counter, kernel="numba", **{f: layout[f] for f in FIELDS})
         if layout.get("unbounded"):
             for worker in engine.workers:
                 worker.index.radius_bound = lambda: NO_BOUND  # type: ignore[method-assign]

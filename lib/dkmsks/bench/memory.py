@@ -35,6 +35,7 @@ from dkmsks.bench.prose import Prose
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.cores import usable_cores
 
 prose = Prose.load("memory")
 GIB = float(1 << 30)
@@ -82,7 +83,7 @@ def measure(n_subs: int, objects: int, workers: int, timestamps: int, seed: int)
     config = PartitionConfig(method=Method.DKM, workers=workers)
     gc.collect()
     rss0 = rss_bytes()
-    engine, _ = build_engine(config, stream, events)
+    engine, _ = build_engine(config, stream, events, threads=usable_cores())
     gc.collect()
     rss_built = rss_bytes()
     list(engine.run(stream, events, until=config.t0 + timestamps))

@@ -29,6 +29,7 @@ from dkmsks.core.model import data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.cores import usable_cores
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,8 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"loaded {len(o_init):,} objects, {len(subs):,} subscriptions, "
           f"{len(vocab):,} keywords in {time.perf_counter() - t0:.1f}s", flush=True)
 
-    t_stats, stats = timed(lambda: ObjectStatistics.build(o_init, len(vocab)), 1)
-    t_knn_build, knn = timed(lambda: StaticKnnIndex.build(o_init, len(vocab)), 1)
+    t_stats, stats = timed(lambda: ObjectStatistics.build(o_init, len(vocab), workers=usable_cores()), 1)
+    t_knn_build, knn = timed(lambda: StaticKnnIndex.build(o_init, len(vocab), workers=usable_cores()), 1)
     print(f"ObjectStatistics.build {t_stats:.2f}   StaticKnnIndex.build {t_knn_build:.2f}", flush=True)
     t_query, mats = timed(lambda: knn.query(subs, width=10), a.runs)
     print(f"initial kNN of {len(subs):,} subscriptions: {t_query:.2f} (median of {a.runs})", flush=True)

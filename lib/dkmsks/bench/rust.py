@@ -50,6 +50,7 @@ from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.kernel.lookup import _lookup, _lookup_warm
 from dkmsks.core.workload import WorkloadSpec, generate_workload
+from dkmsks.cores import usable_cores
 
 prose = Prose.load("rust")
 CRATE = REPO / "bench" / "kernel_rust"
@@ -244,7 +245,7 @@ def run(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, list[int]]:
     objects, events = generate_workload(source, spec)
     config = PartitionConfig(method=Method.DKM, workers=a.workers)
     say("rust: initial phase, plan and workers (numba) ...")
-    engine, _ = build_engine(config, objects, events, clock=time.perf_counter, kernel="numba")
+    engine, _ = build_engine(config, objects, events, threads=usable_cores(), clock=time.perf_counter, kernel="numba")
     list(engine.run(objects, events, until=config.t0 + a.warmup))
     rec = Recorder(lib, a.repeats, a.batch)
     original = kernel.lookup_accept_sorted
