@@ -161,7 +161,7 @@ def _xdist_group(nodeid: str) -> tuple[int, str | None]:
 
 #: Every test belongs to a layer, its marker (pyproject.toml registers them): ``-m unit`` and
 #: the others select by these alone, so a test without one runs in no layer's selection.
-LAYERS = frozenset({"unit", "spark", "dags", "e2e", "reliability"})
+LAYERS = frozenset({"unit", "slow", "spark", "dags", "e2e", "reliability"})
 
 
 def without_a_layer(items) -> list[str]:

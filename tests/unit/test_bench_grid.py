@@ -12,9 +12,8 @@ from conftest import require_real_data
 from dkmsks.bench.grid import parse_layouts
 from dkmsks.cli import main
 
-pytestmark = [pytest.mark.unit]
 
-
+@pytest.mark.unit
 def test_layouts_are_parsed_strictly() -> None:
     assert parse_layouts("1:9:9:64, 3:25:64:64/unbounded") == [
         {"level_step": 1, "max_cells": 9, "wide_cells": 9, "wide_side": 64, "unbounded": 0},
@@ -25,6 +24,7 @@ def test_layouts_are_parsed_strictly() -> None:
             parse_layouts(bad)
 
 
+@pytest.mark.slow  # a benchmark's quick run: seconds
 @pytest.mark.realdata
 def test_bench_grid_small_run_writes_its_section(tmp_path: Path) -> None:
     require_real_data()

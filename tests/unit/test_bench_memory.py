@@ -13,7 +13,7 @@ from conftest import require_real_data
 from dkmsks.bench.memory import array_bytes
 from dkmsks.cli import main
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]  # a benchmark's quick run: seconds
 
 
 def test_array_bytes_counts_each_buffer_once() -> None:

@@ -16,7 +16,7 @@ from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.cli import main
 from dkmsks.core.workload import WorkloadSpec
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]  # a benchmark's quick run: seconds
 
 
 def test_bench_paper_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.slow  # a pytest run on two xdist workers: seconds
 
 SUITE_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
