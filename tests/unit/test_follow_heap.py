@@ -12,7 +12,7 @@ import pytest
 
 from conftest import missing_prerequisite
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.slow  # four fresh interpreters counting page faults: seconds
 
 #: Temporaries of a round, MiB (mixed sizes, as a worker's arrays are).
 SIZES_MIB = (4, 6, 2, 8, 1, 3)
