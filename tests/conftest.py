@@ -162,24 +162,31 @@ def _xdist_group(nodeid: str) -> tuple[int, str | None]:
 #: Every test belongs to a layer, its marker (pyproject.toml registers them): ``-m unit`` and
 #: the others select by these alone, so a test without one runs in no layer's selection.
 LAYERS = frozenset({"unit", "slow", "spark", "dags", "e2e", "reliability"})
+_NO_LAYER = pytest.StashKey[bool]()
 
 
-def without_a_layer(items) -> list[str]:
-    """The node ids of ``items`` that carry none of the :data:`LAYERS` markers."""
-    return [item.nodeid for item in items if not LAYERS & {mark.name for mark in item.iter_markers()}]
+def without_a_layer(items) -> list:
+    """The items that carry none of the :data:`LAYERS` markers."""
+    return [item for item in items if not LAYERS & {mark.name for mark in item.iter_markers()}]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups' marks
 def pytest_collection_modifyitems(config, items):
-    # Checked on everything collected, before ``-m`` deselects: an unmarked test is one that
-    # ``-m unit`` silently never runs.
-    if unmarked := without_a_layer(items):
-        raise pytest.UsageError(
-            f"{len(unmarked)} collected tests carry no layer marker ({', '.join(sorted(LAYERS))}); mark each "
-            "module with pytestmark (or each test), e.g. pytestmark = pytest.mark.unit:\n  " + "\n  ".join(unmarked))
+    # Before ``-m`` deselects: a test without a layer is put in every layer and fails there
+    # (pytest_runtest_setup), so that whichever layer runs reports it, on one process or many.
+    for item in without_a_layer(items):
+        for layer in sorted(LAYERS):
+            item.add_marker(layer)
+        item.stash[_NO_LAYER] = True
     ranked = sorted(enumerate(items), key=lambda pair: (_xdist_group(pair[1].nodeid)[0], pair[0]))
     items[:] = [item for _, item in ranked]
     for item in items:
         group = _xdist_group(item.nodeid)[1]
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_runtest_setup(item):
+    if item.stash.get(_NO_LAYER, False):
+        pytest.fail(f"{item.nodeid} carries no layer marker ({', '.join(sorted(LAYERS))}): mark its module "
+                    "(pytestmark = pytest.mark.unit) or the test, or it runs in no layer's selection", pytrace=False)

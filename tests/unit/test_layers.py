@@ -1,5 +1,6 @@
-"""Every test is in a layer: the collection hook of tests/conftest.py refuses a suite in which
-a collected test carries none of the layer markers (``-m unit`` would silently never run it)."""
+"""Every test is in a layer: the hooks of tests/conftest.py put a collected test that carries
+none of the layer markers in every layer and fail it there, naming the fix (``-m unit`` would
+otherwise silently never run it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAYERS, pytest_collection_modifyitems, without_a_layer
+from conftest import LAYERS, pytest_collection_modifyitems, pytest_runtest_setup, without_a_layer
 
 pytestmark = pytest.mark.unit
 
@@ -16,18 +17,19 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 class _Item:
-    """What the hook reads of a collected test: its node id and its markers (its own and
-    those of its module and class)."""
+    """What the hooks use of a collected test: its node id, its markers (its own and those of its
+    module and class) and its stash."""
 
     def __init__(self, nodeid: str, *marks: str) -> None:
         self.nodeid = nodeid
-        self._marks = [getattr(pytest.mark, name) for name in marks]
+        self.stash = pytest.Stash()
+        self._marks = [getattr(pytest.mark, name).mark for name in marks]
 
     def iter_markers(self):
-        return iter(mark.mark for mark in self._marks)
+        return iter(self._marks)
 
     def add_marker(self, marker) -> None:
-        self._marks.append(marker)
+        self._marks.append(getattr(pytest.mark, marker).mark if isinstance(marker, str) else marker.mark)
 
 
 def test_a_test_without_a_layer_is_found_whatever_else_it_carries():
@@ -35,14 +37,18 @@ def test_a_test_without_a_layer_is_found_whatever_else_it_carries():
              _Item("tests/unit/test_b.py::test_realdata_only", "realdata", "parametrize"),
              _Item("tests/spark/test_c.py::test_two_layers", "spark", "realdata"),
              _Item("tests/unit/test_d.py::test_bare")]
-    assert without_a_layer(items) == ["tests/unit/test_b.py::test_realdata_only", "tests/unit/test_d.py::test_bare"]
+    assert [item.nodeid for item in without_a_layer(items)] == [
+        "tests/unit/test_b.py::test_realdata_only", "tests/unit/test_d.py::test_bare"]
 
 
-def test_the_collection_hook_refuses_a_suite_with_an_unmarked_test_and_names_it():
-    with pytest.raises(pytest.UsageError, match=r"1 collected tests carry no layer marker(.|\n)*test_bare"):
-        pytest_collection_modifyitems(None, [_Item("tests/unit/test_a.py::test_marked", "unit"),
-                                             _Item("tests/unit/test_d.py::test_bare")])
-    pytest_collection_modifyitems(None, [_Item("tests/unit/test_a.py::test_marked", "unit")])  # passes
+def test_a_test_without_a_layer_is_in_every_layer_and_fails_there_naming_the_fix():
+    marked, bare = _Item("tests/unit/test_a.py::test_marked", "unit"), _Item("tests/unit/test_d.py::test_bare")
+    pytest_collection_modifyitems(None, [marked, bare])
+    assert {mark.name for mark in bare.iter_markers()} >= LAYERS  # whichever -m runs, it is selected
+    assert [mark.name for mark in marked.iter_markers()] == ["unit"]
+    with pytest.raises(pytest.fail.Exception, match=r"test_bare carries no layer marker .*pytestmark = "):
+        pytest_runtest_setup(bare)
+    pytest_runtest_setup(marked)  # passes
 
 
 def test_every_layer_is_a_registered_marker():

@@ -27,7 +27,7 @@ RECORDING_TEST = textwrap.dedent("""
 
     import pytest
 
-    pytestmark = pytest.mark.unit  # the suite's hook refuses a test of no layer
+    pytestmark = pytest.mark.unit  # a layer, as every test of the suite has
 
 
     @pytest.mark.parametrize("i", range(4))
