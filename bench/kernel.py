@@ -44,6 +44,7 @@ from dkmsks.bench.stats import median, percentile, ratio
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import Engine, TimestampMetrics, build_engine
 from dkmsks.core.model import SubscriptionEvents, results_equal
+from dkmsks.cores import usable_cores
 
 HERE = Path(__file__).resolve().parent
 prose = Prose.read(HERE / "templates" / "kernel.md")
@@ -69,7 +70,7 @@ def run_side_by_side(
     for k in KERNELS:
         say(f"kernel {k}: initial phase, plan and workers ...")
         c0 = time.perf_counter()
-        engines[k], _ = build_engine(config, objects, events, clock=time.perf_counter, kernel=k)  # type: ignore[arg-type]
+        engines[k], _ = build_engine(config, objects, events, threads=usable_cores(), clock=time.perf_counter, kernel=k)  # type: ignore[arg-type]
         build_s[k] = time.perf_counter() - c0
         list(engines[k].run(objects, events, until=config.t0 + warmup))  # type: ignore[arg-type]
     timed: dict[str, list[TimestampMetrics]] = {k: [] for k in KERNELS}

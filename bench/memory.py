@@ -46,6 +46,7 @@ from dkmsks.bench.common import (
 from dkmsks.bench.prose import Prose
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
+from dkmsks.cores import usable_cores
 
 HERE = Path(__file__).resolve().parent
 prose = Prose.read(HERE / "templates" / "memory.md")
@@ -92,7 +93,7 @@ def measure(n_subs: int, a: argparse.Namespace) -> dict[str, Any]:
     config = PartitionConfig(method=Method.DKM, workers=a.workers)
     gc.collect()
     rss0 = rss_bytes()
-    engine, _ = build_engine(config, stream, events)
+    engine, _ = build_engine(config, stream, events, threads=usable_cores())
     gc.collect()
     rss_built = rss_bytes()
     list(engine.run(stream, events, until=config.t0 + timestamps))

@@ -62,6 +62,7 @@ from dkmsks.core import kernel
 from dkmsks.core.config import Method, PartitionConfig
 from dkmsks.core.engine import build_engine
 from dkmsks.core.kernel.lookup import _lookup, _lookup_warm
+from dkmsks.cores import usable_cores
 
 HERE = Path(__file__).resolve().parent
 prose = Prose.read(HERE / "templates" / "rust.md")
@@ -255,7 +256,7 @@ def record_lookups(a: argparse.Namespace, lib: ctypes.CDLL) -> tuple[Recorder, l
     objects, events, _ = paper_workload(workload_spec(a, timestamps=a.warmup + a.timestamps))
     config = PartitionConfig(method=Method.DKM, workers=a.workers)
     say("rust: initial phase, plan and workers (numba) ...")
-    engine, _ = build_engine(config, objects, events, clock=time.perf_counter, kernel="numba")
+    engine, _ = build_engine(config, objects, events, threads=usable_cores(), clock=time.perf_counter, kernel="numba")
     list(engine.run(objects, events, until=config.t0 + a.warmup))
     rec = Recorder(lib, a.repeats, a.batch)
     original = kernel.lookup_accept_sorted

@@ -184,7 +184,8 @@ def fresh_db(spark, spark_warehouse, request):
 #: pytest 9.2 broke this without a word: xdist 3.8 groups by a suffix it writes into the
 #: node id, which pytest 9.2's structured node ids ignore, so every test went out on its own
 #: and each worker built the groups' fixtures again (pytest-xdist issue 1386). requirements.lock
-#: pins pytest 9.1.1 until xdist follows; tests/unit/test_xdist_groups.py checks it holds.
+#: and pyproject's ``dev`` extra pin pytest 9.1.1 until xdist follows (tests/unit/test_pins.py
+#: keeps the two pins equal); tests/unit/test_xdist_groups.py checks the grouping holds.
 XDIST_GROUPS: list[tuple[str, str]] = [
     ("tests/e2e/test_compose_stack.py", "compose-stack"),
     ("tests/reliability/test_crash.py", "crash"),
@@ -205,14 +206,39 @@ def _xdist_group(nodeid: str) -> tuple[int, str | None]:
     return len(XDIST_GROUPS), None
 
 
+# --------------------------------------------------------------------------- layers
+
+#: Every test belongs to a layer, its marker (pyproject.toml registers them): ``-m unit`` and
+#: the others select by these alone, so a test without one runs in no layer's selection.
+LAYERS = frozenset({"unit", "slow", "spark", "dags", "e2e", "reliability"})
+_NO_LAYER = pytest.StashKey[bool]()
+
+
+def without_a_layer(items) -> list:
+    """The items that carry none of the :data:`LAYERS` markers."""
+    return [item for item in items if not LAYERS & {mark.name for mark in item.iter_markers()}]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups' marks
 def pytest_collection_modifyitems(config, items):
+    # Before ``-m`` deselects: a test without a layer is put in every layer and fails there
+    # (pytest_runtest_setup), so that whichever layer runs reports it, on one process or many.
+    for item in without_a_layer(items):
+        for layer in sorted(LAYERS):
+            item.add_marker(layer)
+        item.stash[_NO_LAYER] = True
     ranked = sorted(enumerate(items), key=lambda pair: (_xdist_group(pair[1].nodeid)[0], pair[0]))
     items[:] = [item for _, item in ranked]
     for item in items:
         group = _xdist_group(item.nodeid)[1]
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_runtest_setup(item):
+    if item.stash.get(_NO_LAYER, False):
+        pytest.fail(f"{item.nodeid} carries no layer marker ({', '.join(sorted(LAYERS))}): mark its module "
+                    "(pytestmark = pytest.mark.unit) or the test, or it runs in no layer's selection", pytrace=False)
 
 
 # --------------------------------------------------------------------------- the object store

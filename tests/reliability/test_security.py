@@ -18,6 +18,8 @@ import pytest
 
 from . import rel_harness as h
 
+pytestmark = pytest.mark.reliability
+
 REPO = h.REPO
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
@@ -97,7 +99,6 @@ def test_defaults_bind_every_service_to_loopback():
     assert not any(service.get("network_mode") == "host" for service in services.values())
 
 
-@pytest.mark.reliability
 def test_a_spark_job_listens_on_loopback_only(tmp_path):
     """A real job (``dkm sql``): every socket its driver, JVM and workers listen on is loopback."""
     job = h.Monitored(h.dkm_cmd("sql", "--warehouse", str(tmp_path / "wh"), "SELECT 1 AS one"), None)
@@ -200,7 +201,6 @@ def _wait_for_scheduled_runs(base: str, token: str, dag_ids: tuple[str, ...], ti
             time.sleep(3)
 
 
-@pytest.mark.reliability
 @pytest.mark.e2e
 def test_airflow_listens_on_loopback_refuses_anonymous_callers_and_logs_no_secret(airflow_home):
     home, port, pgid, start_output = airflow_home

@@ -163,7 +163,8 @@ def test_all_timestamps_in_one_job_equal_the_oracle_engine_and_earlier_as_of(spa
     for t in (2, 4):  # inside the single run: time travel to its base + the change log
         _assert_equal(_results_at(pipeline_db, t), oracle[t])
 
-    engine, _ = build_engine(PartitionConfig(method=method, workers=3, gamma1=40, theta=4, grid=256), objs, evs)
+    config = PartitionConfig(method=method, workers=3, gamma1=40, theta=4, grid=256)
+    engine, _ = build_engine(config, objs, evs, threads=2)
     for _ in engine.run(objs, evs):
         pass
     _assert_equal(_state_results(pipeline_db), engine.results())

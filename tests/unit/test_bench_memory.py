@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO, require_real_data
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]  # a benchmark's quick run: seconds
 
 SCRIPT = REPO / "bench" / "memory.py"
 

@@ -19,7 +19,7 @@ from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.cli import main
 from dkmsks.core.workload import WorkloadSpec
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]  # a benchmark's quick run: seconds
 
 
 def row(doc: str, start: str) -> list[str]:

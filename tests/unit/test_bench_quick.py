@@ -10,7 +10,7 @@ import pytest
 from conftest import require_real_data
 from dkmsks.cli import main
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]  # a benchmark's quick run: seconds
 
 BEGIN = "<!-- begin: dkm bench core (generated; edits inside are overwritten) -->"
 END = "<!-- end: dkm bench core -->"

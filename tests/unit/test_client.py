@@ -25,8 +25,6 @@ from dkmsks.storage.lake import Lake
 from dkmsks.storage.landing import RefusedRows, take_pending
 from lake_tables import partitioned_warehouse
 
-pytestmark = pytest.mark.unit
-
 O_INIT = [(1, 0.0, 0.0, ["cafe"], 0), (2, 3.0, 4.0, ["cafe"], 0)]
 LIVE = [(100, 0.0, 0.0, ["cafe"], 2), (101, 1.0, 1.0, ["bar"], 1)]
 
@@ -54,6 +52,7 @@ def versions(warehouse):
 # --------------------------------------------------------------------------- subscribe / unsubscribe
 
 
+@pytest.mark.unit
 def test_subscribe_and_unsubscribe_land_at_the_next_open_timestamp(warehouse, client):
     assert client.next_open_timestamp() == 1
     assert client.subscribe(102, 0.5, 0.5, ["cafe", "bar"], 3) == 1
@@ -68,6 +67,7 @@ def test_subscribe_and_unsubscribe_land_at_the_next_open_timestamp(warehouse, cl
     assert client.subscribe(104, 0, 0, "cafe", 1) == 5
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"k": 0}, "k is 0, it must be at least 1"),
     ({"k": 1001}, "k is 1001, more than the limit of 1000"),
@@ -93,11 +93,13 @@ def test_a_bad_field_is_a_value_error_naming_it_and_nothing_lands(warehouse, cli
     assert versions(warehouse) == before
 
 
+@pytest.mark.unit
 def test_bounds_of_the_client_refuse_coordinates_outside(warehouse):
     with pytest.raises(ValueError, match=r"x '500.0' is outside the --bounds range \[-180.0, 180.0\]"):
         Client(warehouse, bounds="wgs84").subscribe(7, 500.0, 0.0, "cafe", 1)
 
 
+@pytest.mark.unit
 def test_liveness_and_closed_timestamps_are_refused_with_the_reason(warehouse, client):
     before = versions(warehouse)
     with pytest.raises(RefusedRows, match="^insert of subscription 100, which is already live$"):
@@ -123,6 +125,7 @@ def _with(flag, value):
     return args
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("argv", "message"), [
     (["subscribe", *_with("--k", "0")], "k is 0, it must be at least 1"),
     (["subscribe", *_with("--k", "1001")], "k is 1001, more than the limit of 1000"),
@@ -149,6 +152,7 @@ def test_bad_input_through_the_cli_is_exit_2_and_one_clear_line(warehouse, capsy
     assert versions(warehouse) == before
 
 
+@pytest.mark.unit
 def test_the_cli_subscribes_and_unsubscribes(warehouse, capsys):
     assert main(["subscribe", *SUBSCRIBE, "--x=-0.5", "--warehouse", str(warehouse.root)]) == 0
     assert capsys.readouterr().out == ("subscribed 7 at t=1; its result is exact once t=1 is processed "
@@ -163,6 +167,7 @@ def test_the_cli_subscribes_and_unsubscribes(warehouse, capsys):
 # --------------------------------------------------------------------------- publish
 
 
+@pytest.mark.unit
 def test_publish_takes_dicts_and_tuples_quarantines_bad_rows_and_replays_to_nothing(warehouse, client):
     objects = [{"id": 10, "x": 0.5, "y": 0.5, "keywords": ["cafe"]},  # no t: the next open timestamp
                (11, 0.6, 0.6, "cafe bar", 2),
@@ -214,6 +219,7 @@ def processed(warehouse):
     return warehouse
 
 
+@pytest.mark.unit
 def test_results_are_exact_at_each_processed_timestamp_or_a_clear_error(processed, client):
     r = client.results(100)
     assert (r.sub_id, r.t, r.object_ids, r.distances) == (100, 2, [1, 2], [0.0, 5.0])
@@ -228,6 +234,7 @@ def test_results_are_exact_at_each_processed_timestamp_or_a_clear_error(processe
         client.results(103)
 
 
+@pytest.mark.unit
 def test_watch_yields_each_change_in_apply_order_and_resumes_after_a_timestamp(processed, client):
     everything = list(client.watch(from_t=0, follow=False))
     assert everything == [Change(1, 101, "delete", (), ()), Change(1, 102, "insert", (), ()),
@@ -238,6 +245,7 @@ def test_watch_yields_each_change_in_apply_order_and_resumes_after_a_timestamp(p
     assert list(client.watch(from_t=0, until=1)) == everything[:3]
 
 
+@pytest.mark.unit
 def test_watch_follows_new_commits_until_a_timestamp(processed, client):
     later = threading.Timer(0.5, commit_run, (processed, 3, [(100, "update", [5], [1.0])]))
     later.start()
@@ -247,6 +255,7 @@ def test_watch_follows_new_commits_until_a_timestamp(processed, client):
     assert got == [Change(3, 100, "update", (5,), (1.0,))] and time.monotonic() - started >= 0.4
 
 
+@pytest.mark.unit
 def test_dkm_watch_and_results_print_one_line_each(processed, capsys):
     wh = ["--warehouse", str(processed.root)]
     assert main(["watch", "--from", "0", "--no-follow", *wh]) == 0
@@ -274,6 +283,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j", "d
 """
 
 
+@pytest.mark.slow  # fresh interpreters running the dkm script: seconds
 def test_the_client_never_loads_spark(processed):
     done = subprocess.run([sys.executable, "-c", NO_JVM, str(processed.root)], capture_output=True, text=True,
                           timeout=120)
@@ -293,6 +303,7 @@ def _imported_and_output(argv, out_file):
     return imported, done.stdout, written
 
 
+@pytest.mark.slow  # fresh interpreters running the dkm script: seconds
 @pytest.mark.parametrize("command, plain_loads_pandas", [
     (["status"], True), (["results", "--sub", "100"], True),
     (["watch", "--from", "0", "--no-follow"], False),  # on this warehouse it converts nothing by pa.array
@@ -315,6 +326,7 @@ def test_the_dkm_script_keeps_pandas_out_of_the_arrow_only_readers(processed, tm
         assert written and len(written.splitlines()) == 2  # subscriptions 100 and 102
 
 
+@pytest.mark.slow  # fresh interpreters running the dkm script: seconds
 def test_ctrl_c_ends_dkm_watch_cleanly(processed):
     import os
     import signal
@@ -335,6 +347,7 @@ def test_ctrl_c_ends_dkm_watch_cleanly(processed):
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
+@pytest.mark.unit
 def test_values_become_the_text_a_file_would_hold():
     """Built-in numbers take a fast path; subclasses and numpy scalars the general one: all
     are written exactly, nothing coerced (a bool or a float id is left for the rules to refuse)."""

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pytest
 
-from dkmsks.core.config import DEFAULTS, PARAMETERS, Method, NewCost, PartitionConfig
+from dkmsks.core.config import DEFAULTS, PARAMETERS, Method, NewCost, PartitionConfig, thread_count
+from dkmsks.core.engine import build_engine
+from dkmsks.core.knn_init import StaticKnnIndex
+from dkmsks.core.model import KeywordSets, Objects, SubscriptionEvents
+from dkmsks.core.stats import ObjectStatistics
 from dkmsks.flags import add_partition_flags, config_from_args
 
 pytestmark = pytest.mark.unit
@@ -56,3 +61,24 @@ def test_flags_are_derived_from_the_declarations():
         parser.parse_args([])  # --method is required here
     with pytest.raises(SystemExit):
         parser.parse_args(["--method", "grid"])  # not a choice
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "2", None])
+def test_a_thread_count_is_a_whole_number_of_at_least_one_and_the_refusal_names_the_fix(bad):
+    with pytest.raises(ValueError, match=r"workers must be a number of threads, at least 1; .*usable_cores\(\)"):
+        thread_count(bad)
+
+
+def test_the_core_takes_its_threads_from_the_caller_and_counts_none_itself():
+    # -1 once meant "one per core", which the core counted by reading /proc: now the caller's.
+    objects = Objects(np.arange(3), np.zeros(3), np.zeros(3), KeywordSets.from_lists([[0]] * 3), np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="workers must be a number of threads"):
+        StaticKnnIndex.build(objects, 1, workers=-1)
+    with pytest.raises(ValueError, match="workers must be a number of threads"):
+        ObjectStatistics.build(objects, 1, workers=-1)
+    with pytest.raises(ValueError, match="threads must be a number of threads"):
+        none = np.zeros(0, np.int64)
+        events = SubscriptionEvents(none.astype(np.int8), none, none + 0.0, none + 0.0, KeywordSets.from_lists([]),
+                                    none.astype(np.int32), none)
+        build_engine(DEFAULTS, objects, events, threads=0)
+    assert thread_count(np.int64(3)) == 3 and StaticKnnIndex.build(objects, 1, workers=3).workers == 3

@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
+from conftest import missing_prerequisite
 from dkmsks.cores import cgroup_cpu_quota, usable_cores
+
+pytestmark = pytest.mark.unit
 
 
 def _v2(root, text):
@@ -83,8 +86,9 @@ def test_a_quota_caps_the_cores_rounding_up_and_never_below_one(tmp_path):
     assert usable_cores(_v2(tmp_path, f"{(affinity + 8) * 100000} 100000")) == affinity  # above the affinity
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process allowed on at least 2 cores")
 def test_a_process_pinned_to_one_core_runs_one_follow_worker_task():
+    if len(os.sched_getaffinity(0)) < 2:
+        missing_prerequisite("needs a process allowed on at least 2 cores (to pin a child to one of them)")
     # A real affinity, set in a child process: what taskset or docker --cpuset-cpus give.
     code = (
         "import json, os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]});"

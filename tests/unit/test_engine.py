@@ -228,7 +228,7 @@ def test_build_engine_with_partitioner_equals_oracle(method: str, m: int) -> Non
     """The real initial phase: exact O_init kNN, the method's plan and main server."""
     objects, events = adversarial_case(60 + m, timestamps=6)
     config = PartitionConfig(method=method, workers=m, grid=4, theta=2, gamma1=3, gamma2=2)
-    engine, setup = build_engine(config, objects, events)
+    engine, setup = build_engine(config, objects, events, threads=2)
     assert setup.plan.m == m and setup.n_subscriptions == len(live_subscriptions(events, 0))
     check_against_oracle(engine, objects, events, [2, 4, 6])
 
@@ -238,7 +238,7 @@ def test_build_engine_with_partitioner_equals_oracle(method: str, m: int) -> Non
 def test_build_engine_real_data_equals_oracle(method: str, m: int, real_workload: dict) -> None:
     objects, events = real_workload["workload"]
     config = PartitionConfig(method=method, workers=m, grid=64, theta=4, gamma1=50)
-    engine, setup = build_engine(config, objects, events)
+    engine, setup = build_engine(config, objects, events, threads=2)
     # Initial placement follows the plan.
     assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)
     metrics = check_against_oracle(engine, objects, events, [1, 3, 4], cache=real_workload["oracle"])
@@ -261,7 +261,7 @@ def test_the_refresh_hears_of_later_subscriptions_only_and_costs_alike(method: s
     recosted: dict[str, list[int]] = {}
     engines: dict[str, Engine] = {}
     for mode in ("later only", "every row"):
-        engine, _ = build_engine(config, objects, events)
+        engine, _ = build_engine(config, objects, events, threads=2)
         if mode == "every row":
             engine._initial_t = None  # noqa: SLF001 - the unfiltered reference
         real = engine._refresh  # noqa: SLF001

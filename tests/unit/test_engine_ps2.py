@@ -27,7 +27,7 @@ def test_ps2_engine_equals_oracle_adversarial(m: int, new: str) -> None:
     """Ties, objects outside the data space, keywords absent from O_init, re-registered ids."""
     objects, events = adversarial_case(60 + m, timestamps=6)
     config = PartitionConfig(method="PS²Stream", workers=m, ps2_theta=2, ps2_new=new)
-    engine, setup = build_engine(config, objects, events)
+    engine, setup = build_engine(config, objects, events, threads=2)
     assert engine.method == "ps2" and engine.workers[0].index.kind == "ps2"
     assert setup.plan.method.value == "ps2" and setup.plan.params["leaves"] > 1
     assert np.array_equal(engine.where(setup.plan.sub_ids), setup.plan.worker)
@@ -92,7 +92,7 @@ def names() -> dict:
 def test_ps2_engine_equals_oracle_real_data(data: str, m: int, request: pytest.FixtureRequest) -> None:
     case = request.getfixturevalue(data)
     objects, events = case["workload"]
-    engine, setup = build_engine(PartitionConfig(method="ps2", workers=m, ps2_theta=20), objects, events)
+    engine, setup = build_engine(PartitionConfig(method="ps2", workers=m, ps2_theta=20), objects, events, threads=2)
     plan = setup.plan
     assert np.array_equal(engine.where(plan.sub_ids), plan.worker)
     assert plan.load_weight.sum() == plan.subsets.weight.sum()

@@ -76,13 +76,15 @@ def test_a_new_data_file_in_the_watched_folder_kills(tmp_path):
             time.sleep(0.5)
             print("log files do not count")
             Path("table/part-0.parquet").write_text("")
-            time.sleep(5)
+            time.sleep({hold})
         print("survived")
     """
-    done = run_child(code, "compaction-write", tmp_path)
+    # Armed, the watcher kills within milliseconds of the write (5 s is room to spare); unset,
+    # nothing watches, and the 0.5 s it gave the log file's write shows that nothing reacts.
+    done = run_child(code.format(hold=5), "compaction-write", tmp_path)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert "log files do not count" in done.stdout and "survived" not in done.stdout
     assert "phase compaction-write" in done.stdout and "part-0.parquet" in done.stdout
     (tmp_path / "unset").mkdir()
-    done = run_child(code, None, tmp_path / "unset")
+    done = run_child(code.format(hold=0.5), None, tmp_path / "unset")
     assert done.returncode == 0 and "survived" in done.stdout, done.stderr

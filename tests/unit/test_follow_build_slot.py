@@ -11,6 +11,8 @@ from dkmsks.jobs.follow.spool import build_slot
 
 pytestmark = pytest.mark.unit
 
+pytestmark = pytest.mark.unit
+
 
 def _build(folder, slots, log, hold, start=None):
     if start is not None:  # every builder asks at once, however late the loaded machine started it

@@ -3,8 +3,12 @@ opens the next round."""
 
 import multiprocessing
 import os
+import queue
 import resource
 import time
+from pathlib import Path
+
+import pytest
 
 import pytest
 
@@ -12,34 +16,61 @@ from dkmsks.jobs.follow.spool import close_gate, open_gate, wait_at_gate
 
 pytestmark = pytest.mark.unit
 
+pytestmark = pytest.mark.unit
 
-def _wait(folder, n, log):
+
+def _wait(folder, n, log, opened=None):
     wait_at_gate(folder, n)
-    log.put(time.monotonic())
+    log.put(time.monotonic() if opened is None else opened.is_set())
 
 
-def _waiters(folder, n, count):
+def _waiters(folder, n, count, opened=None):
     ctx = multiprocessing.get_context("fork")
     log = ctx.Queue()
-    procs = [ctx.Process(target=_wait, args=(folder, n, log)) for _ in range(count)]
+    # Daemons: a task a broken gate keeps waiting is ended with the test session, not joined.
+    procs = [ctx.Process(target=_wait, args=(folder, n, log, opened), daemon=True) for _ in range(count)]
     for p in procs:
         p.start()
     return procs, log
 
 
+def _blocked_on(fd: int) -> set[int]:
+    """The processes whose flock request on the file of ``fd`` the kernel holds back: the
+    lines of /proc/locks marked ``->`` (``1: -> FLOCK  ADVISORY  READ <pid> <maj>:<min>:<inode> 0 EOF``)."""
+    inode = os.fstat(fd).st_ino
+    pids = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields:
+            kind, pid, device = (fields[fields.index("->") + i] for i in (1, 4, 5))
+            if kind == "FLOCK" and int(device.rsplit(":", 1)[1]) == inode:
+                pids.add(int(pid))
+    return pids
+
+
+def _until(condition, what: str, guard: float = 30.0) -> None:
+    """Poll ``condition``; ``guard`` seconds only keep a broken gate from hanging the suite."""
+    deadline = time.monotonic() + guard
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.01)
+
+
 def test_tasks_wait_while_the_gate_is_held_and_all_pass_when_it_opens(tmp_path):
     gate = close_gate(tmp_path, 0)
-    procs, log = _waiters(tmp_path, 0, 5)
-    time.sleep(0.5)
+    opened = multiprocessing.get_context("fork").Event()
+    procs, log = _waiters(tmp_path, 0, 5, opened)
+    # Every task is blocked in the kernel on the gate's lock: held there, not polling.
+    _until(lambda: _blocked_on(gate) == {p.pid for p in procs}, "all five tasks blocked on the gate")
     assert log.empty()  # nobody passed a held gate
-    assert all(p.is_alive() for p in procs)
-    opened = time.monotonic()
+    opened.set()
     open_gate(gate)
-    passed = [log.get(timeout=10) for _ in procs]
+    # Each task reports whether the gate was open when it passed: all after, none before.
+    assert [log.get(timeout=30) for _ in procs] == [True] * 5
     for p in procs:
-        p.join(10)
+        p.join(30)
         assert p.exitcode == 0
-    assert max(passed) - opened < 2.0  # woken by the release, not by a timeout
 
 
 def test_a_waiting_task_uses_no_cpu(tmp_path):
@@ -57,10 +88,20 @@ def test_a_waiting_task_uses_no_cpu(tmp_path):
 
 
 def test_a_removed_gate_was_opened_and_does_not_block(tmp_path):
-    # The driver removes a round's gate once every task has returned that round.
-    start = time.monotonic()
-    wait_at_gate(tmp_path, 7)
-    assert time.monotonic() - start < 1.0
+    # The driver removes a round's gate once every task has returned that round, and holds the
+    # next round's: a task at round 7 passes though the driver holds a gate and opens nothing.
+    held = close_gate(tmp_path, 8)
+    files = sorted(tmp_path.iterdir())
+    procs, log = _waiters(tmp_path, 7, 1)
+    try:
+        log.get(timeout=30)  # a guard only: nothing opens round 7, so the task passes at once or never
+    except queue.Empty:
+        pytest.fail(f"a task waits at a removed gate (blocked on the held one: {_blocked_on(held)})")
+    finally:
+        open_gate(held)
+    procs[0].join(30)
+    assert procs[0].exitcode == 0
+    assert sorted(tmp_path.iterdir()) == files  # waiting made no gate of its own
 
 
 def test_a_gate_opens_when_the_driver_dies(tmp_path):

@@ -10,7 +10,9 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.unit
+from conftest import missing_prerequisite
+
+pytestmark = pytest.mark.slow  # four fresh interpreters counting page faults: seconds
 
 #: Temporaries of a round, MiB (mixed sizes, as a worker's arrays are).
 SIZES_MIB = (4, 6, 2, 8, 1, 3)
@@ -48,8 +50,13 @@ def _faults(mode: str) -> tuple[int, int]:
     return int(first), int(repeats)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def _needs_linux() -> None:
+    if not sys.platform.startswith("linux"):
+        missing_prerequisite("glibc's mallopt: Linux only")
+
+
 def test_freed_temporaries_come_back_without_page_faults():
+    _needs_linux()
     pages = 10 * sum(SIZES_MIB) * 2**20 // 4096  # the repeats' temporaries, in 4 KiB pages
     default = _faults("default")[1]
     kept = _faults("keep")[1]
@@ -58,8 +65,8 @@ def test_freed_temporaries_come_back_without_page_faults():
     assert kept < pages / 50, f"{kept} page faults for {pages} pages of temporaries"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 def test_a_touched_heap_serves_the_first_round_without_page_faults():
+    _needs_linux()
     from dkmsks.jobs.follow.heap import ROUND_HEAP_PREFAULT
 
     assert sum(SIZES_MIB) * 2**20 <= ROUND_HEAP_PREFAULT, "the round must fit in the touched heap"

@@ -18,6 +18,8 @@ from dkmsks.storage import tables
 from dkmsks.storage.journal import commit, journal_records
 from dkmsks.warehouse import Warehouse
 
+pytestmark = pytest.mark.unit
+
 
 def _worker_records(rng: np.random.Generator, n: int) -> pa.Table:
     """``n`` records of the three worker kinds in a random interleaving, each row numbered."""

@@ -84,7 +84,7 @@ def test_real_data_engines_identical_and_exact(method: str, m: int, real_workloa
     config = PartitionConfig(method=method, workers=m)
     runs = {}
     for k in ("numba", "numpy"):
-        engine, _ = build_engine(config, objects, events, kernel=k)
+        engine, _ = build_engine(config, objects, events, kernel=k, threads=2)
         runs[k] = (engine, list(engine.run(objects, events)))
     (ea, ma), (eb, mb) = runs.values()
     assert [m_.work for m_ in ma] == [m_.work for m_ in mb]

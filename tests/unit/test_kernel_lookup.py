@@ -16,8 +16,6 @@ from dkmsks.core.knn_state import KnnState
 from dkmsks.core.model import KeywordSets, Objects, Subscriptions
 from dkmsks.core.postings import Postings
 
-pytestmark = pytest.mark.unit
-
 
 def _state(rng: np.random.Generator, n: int) -> KnnState:
     state = KnnState(width=3)
@@ -83,6 +81,7 @@ def _got(out):  # noqa: ANN001, ANN202
     return sorted(zip(rows.tolist(), oid.tolist(), d2.tolist(), ot.tolist(), strict=True)), tested
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("seed", "n_probe", "n_main", "n_delta"), [
     (1, 10_007, 3_000, 200),   # three rounds, the last one short; blocks full of one key
     (2, 97, 40, 0),            # one round, a main part of two blocks, no delta
@@ -113,6 +112,7 @@ def test_lookup_equals_a_plain_walk(seed: int, n_probe: int, n_main: int, n_delt
         np.testing.assert_array_equal(got[1], want[1])
 
 
+@pytest.mark.unit
 def test_fences_are_every_stride_th_main_key() -> None:
     p = Postings()
     keys = np.arange(100, dtype=np.int64)[::-1] // 3
@@ -122,6 +122,7 @@ def test_fences_are_every_stride_th_main_key() -> None:
     np.testing.assert_array_equal(p.fences, np.sort(keys)[:: kernel.FENCE_STRIDE])
 
 
+@pytest.mark.slow  # the plain walk of ~2M entries takes seconds
 @pytest.mark.parametrize("sorted_probe", [False, True])
 def test_a_key_with_many_entries_asked_by_many_objects(sorted_probe: bool) -> None:
     rng = np.random.default_rng(9)

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 #: The jitted functions of the core/kernel package that Python calls, by module (the others are
 #: called only from these, compiled into them; loaded from numba's cache, their own dispatchers
 #: stay empty).
@@ -45,6 +43,7 @@ STATE_KERNELS = (("sub_map", "_hash_rows_of"), ("sub_map", "_hash_insert"), ("su
                  ("knn_state_kernel", "balls_after"))
 
 
+@pytest.mark.unit
 def test_every_worker_kernel_is_jitted() -> None:
     import numba.core.dispatcher
 
@@ -62,6 +61,7 @@ def test_every_worker_kernel_is_jitted() -> None:
     assert len(names_of) == len(listed)  # no function listed under two names
 
 
+@pytest.mark.slow  # a fresh interpreter that loads or compiles the kernels: seconds
 def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
     # A fresh interpreter: the dispatchers of this one may have been compiled by other tests.
     script = (
@@ -80,6 +80,7 @@ def test_warm_up_leaves_no_worker_kernel_uncompiled() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter that loads or compiles the kernels: seconds
 def test_the_kernel_cache_is_named_by_the_core_sources(tmp_path: Path) -> None:
     """The cache directory is named by a digest of every source of the core (numba checks only a
     cached function's own file), so that a change anywhere in it (a kernel called from
@@ -150,7 +151,8 @@ events = read_events(sys.argv[1] + "/events.tsv", vocab).events
 warm_up()
 warmed = signatures()
 for method in ("dkm", "kop", "sop", "ps2"):
-    engine, _ = build_engine(PartitionConfig(method=Method(method), workers=4), objects, events, kernel="numba")
+    engine, _ = build_engine(PartitionConfig(method=Method(method), workers=4), objects, events, threads=2,
+                             kernel="numba")
     for _ in engine.run(objects, events, until=3):
         pass
 late = sorted(f"{name} {sig}" for name, sigs in signatures().items() for sig in sigs - warmed.get(name, set()))
@@ -158,6 +160,7 @@ print(late)
 """
 
 
+@pytest.mark.slow  # a fresh interpreter that loads or compiles the kernels: seconds
 def test_after_warm_up_no_timestamp_compiles_anything(tmp_path: Path) -> None:
     # A kernel missing from warm_up compiles in the first timestamp of a fresh process whose
     # cache lacks it (a new image, a source snapshot): 0.9 s of the first timestamp of a

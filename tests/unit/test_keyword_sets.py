@@ -7,6 +7,8 @@ import pytest
 
 from dkmsks.core.model import KeywordSets
 
+pytestmark = pytest.mark.unit
+
 
 def test_take_equals_the_rows_taken_one_by_one() -> None:
     rng = np.random.default_rng(11)

@@ -16,10 +16,10 @@ AS_OF = np.iinfo(np.int64).max
 #: Tuning knobs never change results; small values force every code path (trees for tiny
 #: keywords, no extra neighbours so ties hit the ball-query fallback, many chunks).
 CONFIGS = [
-    {},
-    {"brute_force_max": 0, "extra": 0},
-    {"brute_force_max": 3, "extra": 1, "chunk_size": 7},
-    {"brute_force_max": 1000, "workers": 1},
+    {"workers": 2},
+    {"workers": 2, "brute_force_max": 0, "extra": 0},
+    {"workers": 3, "brute_force_max": 3, "extra": 1, "chunk_size": 7},
+    {"workers": 1, "brute_force_max": 1000},
 ]
 
 
@@ -131,7 +131,7 @@ def test_object_matching_several_keywords_appears_once() -> None:
 
 def test_no_matches_unseen_keywords_and_empty_inputs() -> None:
     objects = Objects.build([1, 2], [0.0, 1.0], [0.0, 1.0], [[0], [1]], [0, 0])
-    index = StaticKnnIndex.build(objects, 3)
+    index = StaticKnnIndex.build(objects, 3, workers=2)
     subs = Subscriptions.build(
         [1, 2, 3], [0.0] * 3, [0.0] * 3, [[2], [7, 9], [1, 8]], [2, 1, 2], [0, 0, 0]
     )
@@ -145,7 +145,7 @@ def test_no_matches_unseen_keywords_and_empty_inputs() -> None:
     empty = Objects(
         np.zeros(0, np.int64), np.zeros(0), np.zeros(0), no_keywords, np.zeros(0, np.int64)
     )
-    ids, d2 = StaticKnnIndex.build(empty, 3).query(subs)
+    ids, d2 = StaticKnnIndex.build(empty, 3, workers=2).query(subs)
     assert (ids == -1).all() and np.isinf(d2).all()
     with pytest.raises(ValueError):
         index.query(Subscriptions.build([1], [0.0], [0.0], [[0]], [0], [0]))
@@ -196,5 +196,5 @@ def test_pickle_round_trip(rng: np.random.Generator) -> None:
 
     objects = clustered(rng, 400, 6, 10)
     subs = subs_at(rng, objects, 200, 8)
-    index = pickle.loads(pickle.dumps(StaticKnnIndex.build(objects, 6, brute_force_max=4)))
+    index = pickle.loads(pickle.dumps(StaticKnnIndex.build(objects, 6, brute_force_max=4, workers=2)))
     assert_exact(index.query(subs), expected_matrices(objects, subs, int(subs.k.max())))

@@ -9,14 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dkmsks.core.jit import HAVE_NUMBA
 from dkmsks.core.knn_state import NEVER, KnnState
 from dkmsks.core.model import KeywordSets, Subscriptions
 from dkmsks.core.protocol import RoutedDeletions, RoutedInsertions, deletions_by_worker, insertions_by_worker
 
 pytestmark = pytest.mark.unit
-
-needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed: no compiled path to compare")
 
 #: Every per-row column of a state (the first n_rows rows are compared).
 COLUMNS = ("sub_id", "x", "y", "k", "t", "end_t", "in_use", "kw_start", "kw_len", "ids", "d2")
@@ -49,7 +46,6 @@ def _holds(state: KnnState, rows: np.ndarray, subs: Subscriptions) -> None:
     assert [got.row(i).tolist() for i in range(len(got))] == [subs.keywords.row(i).tolist() for i in range(len(subs))]
 
 
-@needs_numba
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_compiled_rows_identical_to_the_numpy_statements(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -92,7 +88,7 @@ def test_compiled_rows_identical_to_the_numpy_statements(seed: int) -> None:
 
 
 def test_freed_rows_are_cleared_and_taken_again_last_freed_first() -> None:
-    for kernel in ("numpy", "numba") if HAVE_NUMBA else ("numpy",):
+    for kernel in ("numpy", "numba"):
         rng = np.random.default_rng(5)
         state = KnnState(kernel=kernel)
         subs = _random_subs(rng, np.arange(10), 3, 0)
@@ -110,7 +106,7 @@ def test_freed_rows_are_cleared_and_taken_again_last_freed_first() -> None:
 
 
 def test_the_keyword_pool_compacts_and_keeps_every_live_set() -> None:
-    for kernel in ("numpy", "numba") if HAVE_NUMBA else ("numpy",):
+    for kernel in ("numpy", "numba"):
         rng = np.random.default_rng(9)
         state = KnnState(capacity=16, kernel=kernel)
         pools = set()
@@ -131,7 +127,6 @@ def test_the_keyword_pool_compacts_and_keeps_every_live_set() -> None:
         assert [got.row(i).tolist() for i in range(len(got))] == [kept[i] for i in sorted(kept)], kernel
 
 
-@needs_numba
 def test_balls_after_identical_to_the_numpy_statements_and_to_a_loop() -> None:
     rng = np.random.default_rng(4)
     states = {kernel: KnnState(width=4, kernel=kernel) for kernel in ("numpy", "numba")}

@@ -27,8 +27,6 @@ from dkmsks.storage.landing import (
 )
 from lake_tables import partitioned_warehouse
 
-pytestmark = pytest.mark.unit
-
 O_INIT = [(1, 0.1, 0.1, ["cafe"], 0), (2, 0.2, 0.2, ["bar"], 0), (3, 0.3, 0.3, ["cafe", "bar"], 0)]
 LIVE = [(100, 0.1, 0.1, ["cafe"], 2), (101, 0.2, 0.2, ["bar"], 1)]  # registered at T0 = 0
 
@@ -70,6 +68,7 @@ def landed_ids(warehouse, name):
     return sorted(Lake.of(warehouse).read(name, columns=["id"]).column("id").to_pylist())
 
 
+@pytest.mark.unit
 def test_a_batch_lands_once_and_its_replay_adds_no_row_and_no_table_version(warehouse):
     batch = {"objects": objects((10, 0.5, 0.5, ["cafe"], 1), (11, 0.6, 0.6, ["bar", "cafe", "bar"], 2)),
              "events": events(("insert", 102, 0.5, 0.5, ["cafe"], 3, 1), ("delete", 100, 2))}
@@ -87,6 +86,7 @@ def test_a_batch_lands_once_and_its_replay_adds_no_row_and_no_table_version(ware
     assert row["keywords"] == ["bar", "cafe"]
 
 
+@pytest.mark.unit
 def test_rows_for_taken_timestamps_are_quarantined_as_closed_and_replays_of_them_are_not(warehouse):
     landed = objects((10, 0.5, 0.5, ["cafe"], 1))
     publish_rows(warehouse, objects=landed)
@@ -110,6 +110,7 @@ def test_rows_for_taken_timestamps_are_quarantined_as_closed_and_replays_of_them
     assert (retry.replayed, retry.refused) == (1, []) and versions(warehouse) == before
 
 
+@pytest.mark.unit
 def test_an_object_id_landed_with_other_values_is_quarantined_naming_where_it_landed(warehouse):
     report = publish_rows(warehouse, objects=objects(
         (1, 0.1, 0.1, ["cafe"], 0),  # an exact replay of an O_init row
@@ -125,6 +126,7 @@ def test_an_object_id_landed_with_other_values_is_quarantined_naming_where_it_la
     assert landed_ids(warehouse, tables.OBJECTS) == [1, 2, 3, 20]
 
 
+@pytest.mark.unit
 def test_liveness_follows_the_state_then_the_pending_events_then_the_batch(warehouse):
     first = publish_rows(warehouse, events=events(
         ("delete", 999, 1),  # never registered
@@ -145,6 +147,7 @@ def test_liveness_follows_the_state_then_the_pending_events_then_the_batch(wareh
     assert [r.reason for _, r in third.refused] == ["insert of subscription 101, which is already live"]
 
 
+@pytest.mark.unit
 def test_a_strict_publish_refuses_the_whole_batch_and_writes_nothing(warehouse):
     before = versions(warehouse)
     with pytest.raises(RefusedRows, match="insert of subscription 100, which is already live") as err:
@@ -154,6 +157,7 @@ def test_a_strict_publish_refuses_the_whole_batch_and_writes_nothing(warehouse):
     assert versions(warehouse) == before
 
 
+@pytest.mark.unit
 def test_a_refused_line_is_recorded_once_whatever_its_later_verdict(warehouse):
     bad = objects((2, 0.9, 0.2, ["bar"], 1))
     publish_rows(warehouse, objects=bad)
@@ -181,6 +185,7 @@ with landing_lock(warehouse, "a slow publisher"):
 """
 
 
+@pytest.mark.slow  # a publisher process holds the lock for 1.5 s
 def test_the_landing_lock_keeps_a_half_published_timestamp_from_a_run(warehouse):
     proc = subprocess.Popen([sys.executable, "-c", HOLD_AND_PUBLISH, str(warehouse.root)], stdout=subprocess.PIPE,
                             text=True)
@@ -197,6 +202,7 @@ def test_the_landing_lock_keeps_a_half_published_timestamp_from_a_run(warehouse)
         pass
 
 
+@pytest.mark.unit
 def test_the_last_processed_timestamp_from_the_log_is_the_ledgers(warehouse):
     lake = Lake.of(warehouse)
 
@@ -213,6 +219,7 @@ def test_the_last_processed_timestamp_from_the_log_is_the_ledgers(warehouse):
     assert last_processed(lake, version=before) == newest_ledger_t(before) == 3
 
 
+@pytest.mark.unit
 def test_the_export_defaults_to_the_ledgers_newest_timestamp_and_refuses_unprocessed_ones(warehouse):
     from dkmsks.storage.export import resolve_as_of
 

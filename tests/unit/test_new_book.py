@@ -167,8 +167,8 @@ def test_the_compiled_boxes_are_ball_boxes_to_the_bit() -> None:
 def test_refresh_refuses_an_id_twice() -> None:
     rng = np.random.default_rng(3)
     objects, subs = random_world(rng, 200, 60, n_kw=6, k_max=3, clustered=True)
-    stats = ObjectStatistics.build(objects, 8)
-    knn = StaticKnnIndex.build(objects, 8).query(subs, width=3)
+    stats = ObjectStatistics.build(objects, 8, workers=2)
+    knn = StaticKnnIndex.build(objects, 8, workers=2).query(subs, width=3)
     plan = partition("dkm", stats, knn, subs, space_of(objects, subs), m=3, gamma1=20, gamma2=8)
     server = MainServer(plan, stats, None, new_cost="live")
     server.assign(Subscriptions.build([900, 901], [10.0, 20.0], [10.0, 20.0], [[0], [1, 2]], [2, 2], [1, 1]))

@@ -34,8 +34,8 @@ def world():
     rng = np.random.default_rng(5)
     objects, subs = random_world(rng, 400, 150, n_kw=9, k_max=4, clustered=True)
     space = space_of(objects, subs)
-    stats = ObjectStatistics.build(objects, 12)
-    index = StaticKnnIndex.build(objects, 12)
+    stats = ObjectStatistics.build(objects, 12, workers=2)
+    index = StaticKnnIndex.build(objects, 12, workers=2)
     knn = index.query(subs, width=4)
     new = Subscriptions.build(
         [7000, 7001, 7002, 7003, 7004],
@@ -182,8 +182,8 @@ def test_engine_keeps_live_costs_of_actual_balls(method: str) -> None:
     mode's."""
     objects, events = small_workload(11)
     config = PartitionConfig(method=method, workers=3, theta=2, gamma1=10, gamma2=8, grid=8)
-    engine, setup = build_engine(config.replace(new_cost="live"), objects, events)
-    paper, _ = build_engine(config.replace(new_cost="paper"), objects, events)
+    engine, setup = build_engine(config.replace(new_cost="live"), objects, events, threads=2)
+    paper, _ = build_engine(config.replace(new_cost="paper"), objects, events, threads=2)
     server, plan = setup.server, setup.plan
     o_init = objects.take(np.flatnonzero(objects.t <= 0))
     brute = BruteStats(o_init)
@@ -256,7 +256,7 @@ def test_initial_ids_are_found_alike_under_both_kernels(world) -> None:
     and weights as numpy's binary search, for live, deleted, unknown and extreme ids."""
     objects, subs, space, stats, index, knn, new = world
     plan = partition("dkm", stats, knn, subs, space, m=3, gamma1=20, gamma2=8)
-    servers = [MainServer(plan, ObjectStatistics.from_arrays(stats.to_arrays(), kernel=k), None)
+    servers = [MainServer(plan, ObjectStatistics.from_arrays(stats.to_arrays(), kernel=k, workers=2), None)
                for k in ("numba", "numpy")]
     rng = np.random.default_rng(5)
     ids = np.concatenate([plan.sub_ids, plan.sub_ids + 1, rng.integers(-10, int(plan.sub_ids.max()) + 10, 500),

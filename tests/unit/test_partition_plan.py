@@ -23,8 +23,8 @@ METHODS = ["kop", "sop", "dkm"]
 def world(seed: int = 5):
     rng = np.random.default_rng(seed)
     objects, subs = random_world(rng, 400, 160, n_kw=10, k_max=5, clustered=True)
-    stats = ObjectStatistics.build(objects, 10)
-    knn = StaticKnnIndex.build(objects, 10).query(subs, width=5)
+    stats = ObjectStatistics.build(objects, 10, workers=2)
+    knn = StaticKnnIndex.build(objects, 10, workers=2).query(subs, width=5)
     return objects, subs, stats, knn, space_of(objects, subs)
 
 
@@ -140,7 +140,7 @@ def test_brute_and_real_statistics_give_the_same_plan() -> None:
 
 def test_knn_index_or_matrices() -> None:
     objects, subs, stats, knn, space = world()
-    index = StaticKnnIndex.build(objects, 10)
+    index = StaticKnnIndex.build(objects, 10, workers=2)
     for method in ("sop", "dkm"):
         a = partition(method, stats, index, subs, space, m=3, theta=3, gamma1=6)
         b = partition(method, stats, knn, subs, space, m=3, theta=3, gamma1=6)

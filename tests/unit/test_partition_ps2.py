@@ -248,9 +248,9 @@ def random_plan(seed: int, m: int, theta: int):
                       objects.keywords, objects.t)
     subs = Subscriptions(subs.ids, np.round(subs.x / 4) * 4, np.round(subs.y / 4) * 4,
                          subs.keywords, subs.k, subs.t)
-    knn = StaticKnnIndex.build(objects, 8).query(subs, width=5)
+    knn = StaticKnnIndex.build(objects, 8, workers=2).query(subs, width=5)
     space = space_of(objects, subs)
-    plan = partition("ps2", ObjectStatistics.build(objects, 8), knn, subs, space, m=m,
+    plan = partition("ps2", ObjectStatistics.build(objects, 8, workers=2), knn, subs, space, m=m,
                      objects=objects, ps2_theta=theta)
     r2 = knn[1][np.arange(len(subs)), subs.k - 1]
     return objects, subs, r2, space, plan

@@ -86,8 +86,8 @@ def world():
     rng = np.random.default_rng(21)
     objects, subs = random_world(rng, 500, 200, n_kw=10, k_max=5, clustered=True)
     space = space_of(objects, subs)
-    stats = ObjectStatistics.build(objects, 12)
-    index = StaticKnnIndex.build(objects, 12)
+    stats = ObjectStatistics.build(objects, 12, workers=2)
+    index = StaticKnnIndex.build(objects, 12, workers=2)
     knn = index.query(subs, width=5)
     # new subscriptions: some inside, some outside the space, one with a keyword absent from
     # O_init (infinite ball), one with k larger than its matches (infinite ball)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 def _saved(tmp_path, rng):
     objects = Objects.build(np.arange(50), rng.uniform(0, 1, 50), rng.uniform(0, 1, 50),
                             [[int(rng.integers(0, 3))] for _ in range(50)], np.zeros(50, np.int64))
-    stats = ObjectStatistics.build(objects, 3)
+    stats = ObjectStatistics.build(objects, 3, workers=2)
     path = tmp_path / "oinit-stats-t0_0.npz"
     plan_cache._save(path, stats, ["cafe", "bar", "park"], "table-1")
     return path, stats

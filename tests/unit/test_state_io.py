@@ -8,6 +8,8 @@ import pytest
 from dkmsks.storage.lake import where
 from dkmsks.storage.state_io import overlay
 
+pytestmark = pytest.mark.unit
+
 COLUMNS = ["sub_id", "worker", "object_ids", "updated_t"]
 
 

@@ -95,7 +95,7 @@ def random_rects(rng: np.random.Generator, objects: Objects, m: int):
 @pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 700, 2048])
 def test_rect_counts_on_duplicated_grid(rng: np.random.Generator, n: int) -> None:
     objects = synthetic(rng, n, 6)
-    stats = ObjectStatistics.build(objects, 6)
+    stats = ObjectStatistics.build(objects, 6, workers=2)
     assert stats.n_objects == n
     q = random_rects(rng, objects, 600)
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
@@ -105,7 +105,7 @@ def test_rect_counts_on_duplicated_grid(rng: np.random.Generator, n: int) -> Non
 def test_keyword_rect_counts_on_duplicated_grid(rng: np.random.Generator, n: int) -> None:
     n_keywords = 9  # keyword 8 is never used: a keyword with zero objects
     objects = synthetic(rng, n, 8)
-    stats = ObjectStatistics.build(objects, n_keywords)
+    stats = ObjectStatistics.build(objects, n_keywords, workers=2)
     q = random_rects(rng, objects, 700)
     kw = rng.integers(-1, n_keywords + 3, 700)  # includes negative and unseen ids
     expected = brute_kw_rect(objects, membership(objects, n_keywords), kw, q)
@@ -114,7 +114,7 @@ def test_keyword_rect_counts_on_duplicated_grid(rng: np.random.Generator, n: int
 
 def test_keyword_counts(rng: np.random.Generator) -> None:
     objects = synthetic(rng, 500, 5)
-    stats = ObjectStatistics.build(objects, 7)
+    stats = ObjectStatistics.build(objects, 7, workers=2)
     kw = np.array([0, 1, 2, 3, 4, 5, 6, 7, 100, -1])
     member = membership(objects, 7)
     expected = np.concatenate([member.sum(axis=1), [0, 0, 0]])
@@ -127,7 +127,7 @@ def test_keyword_ids_beyond_build_vocabulary_are_ignored() -> None:
     objects = Objects.build(
         [1, 2, 3], [0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [[0, 5], [5], [2]], [0, 0, 0]
     )
-    stats = ObjectStatistics.build(objects, 3)
+    stats = ObjectStatistics.build(objects, 3, workers=2)
     assert stats.keyword_counts([0, 1, 2, 5]).tolist() == [1, 0, 1, 0]
     whole = ([-10.0], [-10.0], [10.0], [10.0])
     assert stats.count_in_rects(*whole).tolist() == [3]
@@ -136,7 +136,7 @@ def test_keyword_ids_beyond_build_vocabulary_are_ignored() -> None:
 
 def test_broadcasting_and_shapes(rng: np.random.Generator) -> None:
     objects = synthetic(rng, 300, 4)
-    stats = ObjectStatistics.build(objects, 4)
+    stats = ObjectStatistics.build(objects, 4, workers=2)
     q = random_rects(rng, objects, 50)
     one_kw = stats.count_keyword_in_rects(2, *q)
     np.testing.assert_array_equal(one_kw, stats.count_keyword_in_rects(np.full(50, 2), *q))
@@ -154,7 +154,7 @@ def test_empty_object_set() -> None:
     objects = Objects(
         np.zeros(0, np.int64), np.zeros(0), np.zeros(0), no_keywords, np.zeros(0, np.int64)
     )
-    stats = ObjectStatistics.build(objects, 4)
+    stats = ObjectStatistics.build(objects, 4, workers=2)
     assert stats.n_objects == 0
     assert stats.count_in_rects([0.0], [0.0], [1.0], [1.0]).tolist() == [0]
     assert stats.count_keyword_in_rects([1], [0.0], [0.0], [1.0], [1.0]).tolist() == [0]
@@ -167,7 +167,7 @@ def test_real_data_slice(rng: np.random.Generator) -> None:
 
     objects, vocab = real_objects(20_000)
     n_keywords = len(vocab)
-    stats = ObjectStatistics.build(objects, n_keywords)
+    stats = ObjectStatistics.build(objects, n_keywords, workers=2)
     m = 400
     # Rectangles around real points at several scales (degrees), plus the generic mix.
     centre = rng.integers(0, len(objects), m)
@@ -191,7 +191,7 @@ def test_real_data_slice(rng: np.random.Generator) -> None:
 def test_big_batches_take_the_sorted_search_path(rng: np.random.Generator) -> None:
     # More queries than the threshold above which the queries are sorted before searching.
     objects = synthetic(rng, 1500, 5)
-    stats = ObjectStatistics.build(objects, 5)
+    stats = ObjectStatistics.build(objects, 5, workers=2)
     q = random_rects(rng, objects, 9000)
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
     kw = rng.integers(0, 6, 9000)
@@ -230,7 +230,7 @@ def test_pickle_round_trip(rng: np.random.Generator) -> None:
     import pickle
 
     objects = synthetic(rng, 300, 4)
-    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 4)))
+    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 4, workers=2)))
     q = random_rects(rng, objects, 200)
     kw = rng.integers(0, 4, 200)
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
@@ -245,9 +245,9 @@ def test_arrays_round_trip_through_an_npz_file(rng: np.random.Generator, tmp_pat
     objects = synthetic(rng, n, 4) if n else Objects(
         np.zeros(0, np.int64), np.zeros(0), np.zeros(0), KeywordSets(np.zeros(1, np.int64), np.zeros(0, np.int32)),
         np.zeros(0, np.int64))
-    np.savez(tmp_path / "stats.npz", **ObjectStatistics.build(objects, 4).to_arrays())
+    np.savez(tmp_path / "stats.npz", **ObjectStatistics.build(objects, 4, workers=2).to_arrays())
     with np.load(tmp_path / "stats.npz", allow_pickle=False) as saved:
-        stats = ObjectStatistics.from_arrays(dict(saved))
+        stats = ObjectStatistics.from_arrays(dict(saved), workers=2)
     q = random_rects(rng, objects, 300)
     kw = rng.integers(0, 5, 300)
     np.testing.assert_array_equal(stats.count_in_rects(*q), brute_rect(objects, q))
@@ -257,8 +257,8 @@ def test_arrays_round_trip_through_an_npz_file(rng: np.random.Generator, tmp_pat
 
 
 def test_arrays_that_do_not_fit_together_are_refused(rng: np.random.Generator) -> None:
-    arrays = ObjectStatistics.build(synthetic(rng, 200, 3), 3).to_arrays()
+    arrays = ObjectStatistics.build(synthetic(rng, 200, 3), 3, workers=2).to_arrays()
     with pytest.raises(ValueError, match="different sizes"):
-        ObjectStatistics.from_arrays({**arrays, "ys": arrays["ys"][:-70]})
+        ObjectStatistics.from_arrays({**arrays, "ys": arrays["ys"][:-70]}, workers=2)
     with pytest.raises(ValueError, match="n_bits"):
-        ObjectStatistics.from_arrays({**arrays, "kw_n_bits": np.array(3)})
+        ObjectStatistics.from_arrays({**arrays, "kw_n_bits": np.array(3)}, workers=2)

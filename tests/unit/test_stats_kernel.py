@@ -35,8 +35,8 @@ def _count_calls(monkeypatch, name: str) -> list[int]:  # noqa: ANN001 - pytest'
 
 
 def _both(stats_arrays: dict, kw, q) -> tuple[np.ndarray, np.ndarray]:
-    compiled = ObjectStatistics.from_arrays(stats_arrays, kernel="numba")
-    reference = ObjectStatistics.from_arrays(stats_arrays, kernel="numpy")
+    compiled = ObjectStatistics.from_arrays(stats_arrays, kernel="numba", workers=2)
+    reference = ObjectStatistics.from_arrays(stats_arrays, kernel="numpy", workers=2)
     return compiled.count_keyword_in_rects(kw, *q), reference.count_keyword_in_rects(kw, *q)
 
 
@@ -45,7 +45,7 @@ def test_compiled_counts_equal_full_scans_and_the_numpy_path(rng: np.random.Gene
     assert stats_kernel.HAVE_NUMBA  # numba is pinned: the compiled path is what runs here
     n_keywords = 9  # keyword 8 never occurs
     objects = synthetic(rng, n, 8)
-    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    arrays = ObjectStatistics.build(objects, n_keywords, workers=2).to_arrays()
     q = random_rects(rng, objects, 900)
     kw = rng.integers(-1, n_keywords + 2, 900)  # invalid ids count 0 on both paths
     compiled, reference = _both(arrays, kw, q)
@@ -57,7 +57,7 @@ def test_a_real_data_slice(rng: np.random.Generator) -> None:
     from conftest import real_objects
 
     objects, vocab = real_objects(20_000)
-    arrays = ObjectStatistics.build(objects, len(vocab)).to_arrays()
+    arrays = ObjectStatistics.build(objects, len(vocab), workers=2).to_arrays()
     centre = rng.integers(0, len(objects), 500)
     half = 10.0 ** rng.uniform(-4, 1, 500)  # degrees: a street to a continent
     q = (objects.x[centre] - half, objects.y[centre] - half, objects.x[centre] + half, objects.y[centre] + half)
@@ -70,7 +70,7 @@ def test_a_real_data_slice(rng: np.random.Generator) -> None:
 
 def test_the_compiled_path_runs_below_its_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
     objects = synthetic(rng, 400, 5)
-    stats = ObjectStatistics.build(objects, 5)
+    stats = ObjectStatistics.build(objects, 5, workers=2)
     calls = _count_calls(monkeypatch, "count_keyword_in_rects")
     expected_of = membership(objects, 5)
     for m in (1, _COMPILED_BELOW - 1, _COMPILED_BELOW):
@@ -83,13 +83,13 @@ def test_the_compiled_path_runs_below_its_threshold_only(rng: np.random.Generato
     q[0][2] = np.nan
     got = stats.count_keyword_in_rects(np.zeros(5, dtype=np.int64), *q)
     assert got[2] == 0 and len(calls) == 2
-    numpy_stats = ObjectStatistics.from_arrays(stats.to_arrays(), kernel="numpy")
+    numpy_stats = ObjectStatistics.from_arrays(stats.to_arrays(), kernel="numpy", workers=2)
     np.testing.assert_array_equal(got, numpy_stats.count_keyword_in_rects(np.zeros(5, dtype=np.int64), *q))
 
 
 def test_the_levels_stay_views_of_one_array_through_pickle(rng: np.random.Generator) -> None:
     objects = synthetic(rng, 2000, 6)
-    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 6)))
+    stats = pickle.loads(pickle.dumps(ObjectStatistics.build(objects, 6, workers=2)))
     for matrix in (stats._kw_matrix, stats._space):  # noqa: SLF001
         words, before, _ = matrix.stacked()
         assert all(level._words.base is words and level._before.base is before for level in matrix.levels)  # noqa: SLF001
@@ -103,7 +103,7 @@ def _keyword_world(rng: np.random.Generator, n_keywords: int) -> tuple[Objects, 
     """600 objects over keywords 0..n_keywords-2 (the last never occurs), their statistics'
     arrays, and 50 keyword sets of 0-4 ids with unknown ones (-1, n_keywords, +1) among them."""
     objects = synthetic(rng, 600, n_keywords - 1)
-    arrays = ObjectStatistics.build(objects, n_keywords).to_arrays()
+    arrays = ObjectStatistics.build(objects, n_keywords, workers=2).to_arrays()
     sets = KeywordSets.from_lists(
         [sorted(rng.choice(np.arange(-1, n_keywords + 2), size=rng.integers(0, 5), replace=False).tolist())
          for _ in range(50)])
@@ -126,8 +126,8 @@ def test_keyword_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generat
         kws = sets.row(r).astype(np.int64)
         box = tuple(np.full(kws.shape[0], b[i]) for b in q)
         expected[i] = brute_kw_rect(objects, member, kws, box).sum()
-    compiled = ObjectStatistics.from_arrays(arrays, kernel="numba").keyword_sums_in_rects(sets, rows, *q)
-    reference = ObjectStatistics.from_arrays(arrays, kernel="numpy").keyword_sums_in_rects(sets, rows, *q)
+    compiled = ObjectStatistics.from_arrays(arrays, kernel="numba", workers=2).keyword_sums_in_rects(sets, rows, *q)
+    reference = ObjectStatistics.from_arrays(arrays, kernel="numpy", workers=2).keyword_sums_in_rects(sets, rows, *q)
     np.testing.assert_array_equal(compiled, expected)
     np.testing.assert_array_equal(reference, expected)
     assert n_rows == 1 or expected.any()  # not a batch of empty counts
@@ -145,7 +145,7 @@ def test_eq1_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, 
     expected = np.array([sum(per_keyword.get(int(k), 0) for k in sets.row(r)) for r in rows.tolist()],
                         dtype=np.int64)
     for kernel in ("numba", "numpy"):
-        got = ObjectStatistics.from_arrays(arrays, kernel=kernel).keyword_sums(sets, rows)
+        got = ObjectStatistics.from_arrays(arrays, kernel=kernel, workers=2).keyword_sums(sets, rows)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, expected)
     assert n_rows < 300 or expected.any()
@@ -153,7 +153,7 @@ def test_eq1_sums_equal_full_scans_and_the_numpy_path(rng: np.random.Generator, 
 
 def test_keyword_sums_take_the_compiled_path_below_the_threshold_only(rng: np.random.Generator, monkeypatch) -> None:
     objects = synthetic(rng, 300, 4)
-    stats = ObjectStatistics.build(objects, 4)
+    stats = ObjectStatistics.build(objects, 4, workers=2)
     calls = _count_calls(monkeypatch, "keyword_sums_in_rects")
     sets = KeywordSets.from_lists([[0, 1, 2, 3]] * 4)  # 4 entries per row
     for n_rows in (3, _COMPILED_BELOW // 4 - 1, _COMPILED_BELOW // 4):

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 from dkmsks.core import sub_map as sub_map_module
-from dkmsks.core.jit import HAVE_NUMBA
 from dkmsks.core.knn_state import NEVER, KnnState
 from dkmsks.core.model import KeywordSets, Subscriptions
 from dkmsks.core.sub_map import HashSubMap, SortedSubMap
 
-pytestmark = [pytest.mark.unit, pytest.mark.skipif(not HAVE_NUMBA, reason="the hash map is compiled by numba")]
+pytestmark = pytest.mark.unit
 
 
 def _subs(ids: list[int]) -> Subscriptions:

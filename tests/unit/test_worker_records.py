@@ -17,8 +17,6 @@ from dkmsks.core.model import KeywordSets, Vocabulary
 from dkmsks.spark.bridge import KeywordColumn
 from dkmsks.spark.worker_records import OUTPUT_SCHEMA, WorkerRecords, no_results
 
-pytestmark = pytest.mark.unit
-
 WORKER = 7
 
 
@@ -42,6 +40,7 @@ def _kept(ids_row, values_row, k):
     return [v for j, (i, v) in enumerate(zip(ids_row.tolist(), values_row.tolist(), strict=True)) if i >= 0 and j < k]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     rng = np.random.default_rng(seed)
@@ -114,12 +113,14 @@ def test_the_records_are_the_rows_of_the_calls_in_order(seed):
     assert all(part.column(name).num_chunks == 1 for part in (changes, others) for name in OUTPUT_SCHEMA.names)
 
 
+@pytest.mark.unit
 def test_no_records_is_an_empty_table_of_the_schema():
     table = WorkerRecords(WORKER).table()
     assert table.num_rows == 0 and table.schema.equals(OUTPUT_SCHEMA)
     assert all(part.num_rows == 0 and part.schema.equals(OUTPUT_SCHEMA) for part in WorkerRecords(WORKER).tables())
 
 
+@pytest.mark.unit
 def test_a_string_column_has_nulls_where_no_piece_is_and_each_pieces_word():
     records = WorkerRecords(WORKER)
     records.metrics(np.array([2]), subscriptions=np.array([1]))
@@ -130,6 +131,7 @@ def test_a_string_column_has_nulls_where_no_piece_is_and_each_pieces_word():
     assert others.column("change").to_pylist() == [None, "delete", "delete", None]
 
 
+@pytest.mark.unit
 def test_a_keyword_column_in_a_worker_vocabulary_holds_each_row_sorted_by_the_worker_ids():
     rng = np.random.default_rng(5)
     driver_words = [f"w{i}" for i in range(300)]
@@ -164,6 +166,7 @@ print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] ==
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per case: seconds
 @pytest.mark.parametrize("warm", [True, False])
 def test_warm_arrow_leaves_the_first_records_no_import(warm: bool) -> None:
     """A follow worker task calls warm_arrow before it says it is ready: building its first
@@ -181,6 +184,7 @@ def test_warm_arrow_leaves_the_first_records_no_import(warm: bool) -> None:
         assert "pandas" in imported  # what the warm-up takes out of the first round
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_groups_records_made_in_one_go_are_those_of_one_call_each(seed):
     """changes_of and metrics with a probe group's records at once (WorkerSession._apply) give

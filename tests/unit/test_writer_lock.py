@@ -13,6 +13,8 @@ import pytest
 
 from dkmsks.storage.writer_lock import WriterBusy, file_lock
 
+pytestmark = pytest.mark.unit
+
 HOLD = """
 import sys, time
 from pathlib import Path

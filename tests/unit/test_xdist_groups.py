@@ -15,6 +15,10 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a pytest run on two xdist workers: seconds
+
 SUITE_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
 RECORDING_TEST = textwrap.dedent("""
@@ -22,6 +26,8 @@ RECORDING_TEST = textwrap.dedent("""
     import time
 
     import pytest
+
+    pytestmark = pytest.mark.unit  # a layer, as every test of the suite has
 
 
     @pytest.mark.parametrize("i", range(4))

@@ -59,6 +59,7 @@ from dkmsks.core.model import Op, data_space
 from dkmsks.core.partition import MainServer, partition
 from dkmsks.core.stats import ObjectStatistics
 from dkmsks.core.worker_index import DEFAULT_GRID
+from dkmsks.cores import usable_cores
 
 DOCS = REPO / "docs" / "benchmarks.md"
 prose = Prose.load("core")
@@ -178,10 +179,10 @@ def run(a: argparse.Namespace) -> Report:
     for r in range(max(runs, p_runs)):
         do_part = r < p_runs
         c0 = time.perf_counter()
-        knn_index = StaticKnnIndex.build(o_init, n_kw)
+        knn_index = StaticKnnIndex.build(o_init, n_kw, workers=usable_cores())
         knn = knn_index.query(subs, width=max(int(subs.k.max()), 1))
         c1 = time.perf_counter()
-        stats = ObjectStatistics.build(o_init, n_kw)
+        stats = ObjectStatistics.build(o_init, n_kw, workers=usable_cores())
         c2 = time.perf_counter()
         if do_part:
             knn_s.append(c1 - c0)

@@ -146,6 +146,7 @@ class Runner:
         from dkmsks.core.model import data_space
         from dkmsks.core.stats import ObjectStatistics
         from dkmsks.core.workload import WorkloadSpec, generate_workload
+        from dkmsks.cores import usable_cores
 
         dataset, o_init_n, subs_n, k_max, seed = key
         need, avail = _need_gib(subs_n), available_memory_gib()
@@ -165,10 +166,10 @@ class Runner:
         space = data_space(o_init, subs)
         n_kw = len(vocab)
         c1 = time.perf_counter()
-        knn_index = StaticKnnIndex.build(o_init, n_kw)
+        knn_index = StaticKnnIndex.build(o_init, n_kw, workers=usable_cores())
         knn = knn_index.query(subs, width=max(int(subs.k.max()), 1))
         c2 = time.perf_counter()
-        stats = ObjectStatistics.build(o_init, n_kw)
+        stats = ObjectStatistics.build(o_init, n_kw, workers=usable_cores())
         c3 = time.perf_counter()
         setup = {"workload_s": c1 - c0, "knn_init_s": c2 - c1, "stats_s": c3 - c2,
                  "keywords": n_kw, "objects_in_stream": len(objects) - len(o_init)}

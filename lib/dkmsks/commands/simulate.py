@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dkmsks.core.engine import build_engine
     from dkmsks.core.model import Vocabulary
+    from dkmsks.cores import usable_cores
     from dkmsks.io.formats import read_events, read_objects
     from dkmsks.io.writers import write_results
 
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if as_of < config.t0:
         raise ValueError(f"--as-of {as_of} is before the end of the initial phase --t0 {config.t0}")
 
-    engine, setup = build_engine(config, objects, events, clock=time.perf_counter)
+    engine, setup = build_engine(config, objects, events, threads=usable_cores(), clock=time.perf_counter)
     loaded = time.perf_counter()
     print(
         f"initial phase: |O_init| = {setup.n_objects:,}, |S| = {setup.n_subscriptions:,}; "

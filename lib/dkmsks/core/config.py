@@ -15,11 +15,12 @@ parameter, the allowed values and what was given (STYLE "domain errors with fix-
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
-__all__ = ["Method", "NewCost", "Ps2New", "Parameter", "PARAMETERS", "PartitionConfig", "DEFAULTS"]
+__all__ = ["Method", "NewCost", "Ps2New", "Parameter", "PARAMETERS", "PartitionConfig", "DEFAULTS", "thread_count"]
 
 
 class _Choice(str, Enum):  # noqa: UP042 (StrEnum would change str() and f-strings of members)
@@ -245,3 +246,21 @@ def _plain(value: Any) -> Any:
 
 #: The defaults, as one value (e.g. ``DEFAULTS.gamma1``).
 DEFAULTS = PartitionConfig()
+
+
+def thread_count(workers: int, name: str = "workers") -> int:
+    """``workers`` (the argument ``name``), the threads a caller gives the core's initial-phase structures
+    (:class:`~dkmsks.core.knn_init.StaticKnnIndex`, :class:`~dkmsks.core.stats.ObjectStatistics`,
+    :func:`~dkmsks.core.engine.build_engine`), checked: at least 1.
+
+    The core reads nothing of the machine (``tests/unit/test_core_purity.py``), so "one per
+    usable core" is the caller's to count, with ``dkmsks.cores.usable_cores()`` (the CPU
+    affinity and the cgroup's quota) — as the clock is the caller's to give."""
+    try:
+        count = None if isinstance(workers, bool) else operator.index(workers)
+    except TypeError:
+        count = None
+    if count is None or count < 1:
+        raise ValueError(f"{name} must be a number of threads, at least 1; got {workers!r} "
+                         "(for one per usable core pass dkmsks.cores.usable_cores())")
+    return count

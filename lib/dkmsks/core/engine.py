@@ -20,7 +20,8 @@ Workers run one after another here, so the simulated kNN-update time of a timest
 Insertion and deletion likewise count the main server's part in full and the workers' index
 updates by the slowest worker.
 The engine never reads a clock itself: pass one in (e.g. ``time.perf_counter``); without one
-every time is ``0`` and only the deterministic work counters are meaningful.
+every time is ``0`` and only the deterministic work counters are meaningful. Nor does it count
+the machine's cores: :func:`build_engine` takes its ``threads``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from dkmsks.core.config import PartitionConfig
+from dkmsks.core.config import PartitionConfig, thread_count
 from dkmsks.core.kernel import Probe
 from dkmsks.core.model import (
     Float64Array,
@@ -430,6 +431,7 @@ def build_engine(
     objects: Objects,
     events: SubscriptionEvents,
     *,
+    threads: int,
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
     kernel: str | None = None,
@@ -441,6 +443,10 @@ def build_engine(
     see :mod:`dkmsks.core.partition.server`; ``config.ps2_new``: where ``ps2`` sends them), and an
     :class:`Engine` loaded with every initial subscription.
 
+    ``threads`` is how many threads the kNN and the statistics of ``O_init`` may use (at least 1;
+    one per usable core is ``dkmsks.cores.usable_cores()``, the caller's to count: the core reads
+    nothing of the machine, as it reads no clock but ``clock``).
+
     Returns the engine (ready for :meth:`Engine.run` from ``config.t0 + 1``) and a :class:`Setup`.
     """
     from dkmsks.core.knn_init import StaticKnnIndex
@@ -449,6 +455,7 @@ def build_engine(
     from dkmsks.core.stats import ObjectStatistics
 
     clock_ = clock or _no_clock
+    threads = thread_count(threads, "threads")
     method, workers, t0 = config.method.value, config.workers, config.t0
     o_init, subs = initial_phase(objects, events, t0)
     space = data_space(o_init, subs)
@@ -459,11 +466,11 @@ def build_engine(
         0,
     )
     c0 = clock_()
-    knn_index = StaticKnnIndex.build(o_init, n_keywords)
+    knn_index = StaticKnnIndex.build(o_init, n_keywords, workers=threads)
     width = max(int(subs.k.max()) if len(subs) else 1, 1)
     knn = knn_index.query(subs, width=width)
     c1 = clock_()
-    stats = ObjectStatistics.build(o_init, n_keywords, kernel=kernel)
+    stats = ObjectStatistics.build(o_init, n_keywords, workers=threads, kernel=kernel)
     plan = partition(config.method, stats, knn, subs, space, objects=o_init, **config.partition_kwargs())
     server = MainServer(plan, stats, knn_index, new_cost=config.new_cost, ps2_new=config.ps2_new)
     c2 = clock_()

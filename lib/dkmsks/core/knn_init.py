@@ -47,8 +47,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.spatial import cKDTree
 
+from dkmsks.core.config import thread_count
 from dkmsks.core.model import Float64Array, Int64Array, Objects, Subscriptions
-from dkmsks.cores import usable_cores
 
 #: Relative slack between our ``d²`` and the tree's distance²; both are sums of two
 #: correctly rounded squares of the same differences, so they agree to a few ulps. A much
@@ -90,9 +90,11 @@ class StaticKnnIndex:
         How many neighbours beyond the largest ``k`` of a keyword's batch the tree is asked
         for; the slack that lets most pairs prove their k-th neighbour without a fallback.
     workers
-        Threads for :meth:`query` (``-1``: one per core, ``1``: none). Chunks of
-        subscriptions are answered concurrently, each thread running its own tree queries and
-        numpy work (both release the GIL). Use a small value inside a Spark task.
+        Threads for :meth:`query` (``1``: none), at least 1. Chunks of subscriptions are
+        answered concurrently, each thread running its own tree queries and numpy work (both
+        release the GIL). The caller says how many: the core reads nothing of the machine, so
+        one per usable core is ``dkmsks.cores.usable_cores()``, passed in from outside; use a
+        small value inside a Spark task.
     chunk_size
         Subscriptions answered per internal batch; bounds the temporary memory (about
         ``chunk_size · keywords per subscription · K · 16`` bytes) at little cost in speed.
@@ -123,7 +125,7 @@ class StaticKnnIndex:
             self._bbox = (float(x.min()), float(y.min()), float(x.max()), float(y.max()))
         self.brute_force_max = brute_force_max
         self.extra = extra
-        self.workers = workers
+        self.workers = thread_count(workers)
         self.chunk_size = chunk_size
 
     @property
@@ -142,9 +144,9 @@ class StaticKnnIndex:
         objects: Objects,
         n_keywords: int,
         *,
+        workers: int,
         brute_force_max: int = 32,
         extra: int = 4,
-        workers: int = -1,
         chunk_size: int = 1 << 18,
     ) -> StaticKnnIndex:
         """Index ``objects`` (``O_init``; timestamps are ignored) for :meth:`query`.
@@ -155,11 +157,12 @@ class StaticKnnIndex:
             The static object set; ids must be unique.
         n_keywords
             Vocabulary size at build time. Keyword ids ``>= n_keywords`` match nothing.
-        brute_force_max, extra, workers, chunk_size
+        workers, brute_force_max, extra, chunk_size
             Tuning knobs, see the class docstring; none of them changes any result.
         """
         if brute_force_max < 0 or extra < 0 or chunk_size < 1:
             raise ValueError("brute_force_max and extra must be >= 0, chunk_size >= 1")
+        thread_count(workers)
         n = len(objects)
         order = np.argsort(objects.ids)  # ids are unique (checked below): any sort will do
         ids = objects.ids[order].astype(np.int64)
@@ -250,7 +253,7 @@ class StaticKnnIndex:
         # Answer subscriptions in Z-order (Morton) of their location: consecutive tree
         # queries then walk the same tree nodes, measured ~2.5x faster than random order.
         order = np.argsort(self._morton(subs.x, subs.y), kind="stable")
-        threads = self._threads()
+        threads = self.workers
         chunk = self.chunk_size
         if threads > 1 and n >= 2 * _MIN_PARALLEL_CHUNK:
             # Enough work for every thread to get at least one chunk.
@@ -279,9 +282,6 @@ class StaticKnnIndex:
         return out_ids, out_d2
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _threads(self) -> int:
-        return usable_cores() if self.workers < 1 else self.workers
 
     def _morton(self, x: Float64Array, y: Float64Array) -> npt.NDArray[np.uint64]:
         """Z-order code of each point on a 2^16 x 2^16 grid over the objects' bounding box."""

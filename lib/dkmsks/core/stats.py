@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import numpy.typing as npt
 
+from dkmsks.core.config import thread_count
 from dkmsks.core.model import Float64Array, Int32Array, Int64Array, KeywordSets, Objects
-from dkmsks.cores import usable_cores
 
 if TYPE_CHECKING:
     from dkmsks.core import stats_kernel
@@ -252,7 +252,7 @@ class ObjectStatistics:
         kw_key: Int64Array,
         kw_matrix: _WaveletMatrix,
         *,
-        workers: int = -1,
+        workers: int,
         kernel: str | None = None,
     ) -> None:
         from dkmsks.core.kernel import kernel_name
@@ -268,14 +268,14 @@ class ObjectStatistics:
         self._space = space
         self._kw_key = kw_key  # keyword * (n + 1) + x-position of each posting, ascending
         self._kw_matrix = kw_matrix
-        self._threads = usable_cores() if workers < 1 else workers
+        self._threads = thread_count(workers)
         # The compiled counts' bucket tables of xs, ys and kw_key (stats_kernel.axis_table), built on
         # first use and never saved or pickled.
         self._axes: stats_kernel.Axes | None = None
 
     @classmethod
     def build(
-        cls, objects: Objects, n_keywords: int, *, workers: int = -1, kernel: str | None = None
+        cls, objects: Objects, n_keywords: int, *, workers: int, kernel: str | None = None
     ) -> ObjectStatistics:
         """Index ``O_init`` for Eq. 1, 2 and 4.
 
@@ -287,12 +287,14 @@ class ObjectStatistics:
             Vocabulary size at build time; keyword ids ``>= n_keywords`` count zero. Postings
             with such ids (should not happen) are ignored.
         workers
-            Threads for big query batches (``-1``: one per core, ``1``: none); never changes
-            a count.
+            Threads for big query batches (``1``: none), at least 1; never changes a count.
+            The caller counts them (one per usable core: ``dkmsks.cores.usable_cores()``): the
+            core reads nothing of the machine.
         kernel
             ``numba`` or ``numpy`` for small batches of Eq. 4 counts (by default numba where it
             imports); never changes a count.
         """
+        workers = thread_count(workers)
         n = len(objects)
         n_bits = max(1, int(n).bit_length())  # y-ranks are < n < 2**n_bits
         # Any order among equal coordinates is fine (positions and ranks only need to be
@@ -317,7 +319,7 @@ class ObjectStatistics:
         order = np.argsort(key)  # keys are distinct: no stability needed
         kw_key = key[order]
         # The two matrices are independent; numpy releases the GIL in the per-level work.
-        with ThreadPoolExecutor(max_workers=2 if workers != 1 else 1) as pool:
+        with ThreadPoolExecutor(max_workers=min(2, workers)) as pool:
             space_f = pool.submit(_WaveletMatrix, y_rank[x_order], n_bits)
             kw_f = pool.submit(_WaveletMatrix, y_rank[owners[order]], n_bits)
             space, kw_matrix = space_f.result(), kw_f.result()
@@ -349,7 +351,7 @@ class ObjectStatistics:
                 **self._space.to_arrays("space"), **self._kw_matrix.to_arrays("kw")}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, npt.NDArray], *, workers: int = -1,
+    def from_arrays(cls, arrays: dict[str, npt.NDArray], *, workers: int,
                     kernel: str | None = None) -> ObjectStatistics:
         """Inverse of :meth:`to_arrays`; raises ``ValueError`` (or ``KeyError``) on arrays that
         do not fit together."""

@@ -24,6 +24,7 @@ from dkmsks.core.knn_init import StaticKnnIndex
 from dkmsks.core.model import Objects, Op, SubscriptionEvents, Subscriptions, Vocabulary
 from dkmsks.core.partition import MainServer, PartitionPlan
 from dkmsks.core.protocol import ragged_ball_radius2, route_timestamp
+from dkmsks.cores import usable_cores
 from dkmsks.spark.bridge import BatchPayload, KeywordColumn
 from dkmsks.storage.lake import Lake
 from dkmsks.storage.plan_cache import oinit_statistics
@@ -42,7 +43,9 @@ def build_main_server(lake: Lake, info: PlanInfo, vocab: Vocabulary, view: State
     # kNN is needed, so the index (and O_init itself) only for the paper's estimate.
     needs_knn = config.method is not Method.KOP and config.new_cost is NewCost.PAPER
     stats, objects = oinit_statistics(lake, config.t0, vocab, cache, need_objects=needs_knn)
-    knn_index = StaticKnnIndex.build(objects, len(vocab)) if needs_knn and objects is not None else None
+    knn_index = None
+    if needs_knn and objects is not None:
+        knn_index = StaticKnnIndex.build(objects, len(vocab), workers=usable_cores())  # the driver's cores
     state = view.read(columns=["sub_id", "worker", "weight", "subset"])
     subset_cols = read_subsets(lake, info.plan_version, vocab)
     worker = np.asarray(state.column("worker").to_numpy(), dtype=np.int32)

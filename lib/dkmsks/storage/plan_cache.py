@@ -27,6 +27,7 @@ import numpy as np
 
 from dkmsks.core.model import Objects, Vocabulary
 from dkmsks.core.stats import ObjectStatistics
+from dkmsks.cores import usable_cores
 from dkmsks.storage import tables
 from dkmsks.storage.lake import Lake, where
 
@@ -61,7 +62,7 @@ def _load(path: Path, vocab: Vocabulary, identity: tuple[str, int]) -> ObjectSta
         if saved_identity != identity:
             raise ValueError(f"built for another O_init: {saved_identity} (now {identity})")
         words = arrays.pop("words").tolist()
-        stats = ObjectStatistics.from_arrays(arrays, kernel=_kernel())
+        stats = ObjectStatistics.from_arrays(arrays, workers=usable_cores(), kernel=_kernel())
     except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as err:
         print(f"plan cache: ignoring {path} ({err}); rebuilding it", file=sys.stderr)
         return None
@@ -109,7 +110,7 @@ def oinit_statistics(
             raise ValueError(f"no objects with t <= {t0} in table {tables.OBJECTS}: ingest O_init first")
     if stats is None:
         assert objects is not None
-        stats = ObjectStatistics.build(objects, len(vocab), kernel=_kernel())
+        stats = ObjectStatistics.build(objects, len(vocab), workers=usable_cores(), kernel=_kernel())
         if path is not None:
             _save(path, stats, vocab.words, identity[0])
     return stats, objects
