@@ -12,7 +12,8 @@ subscription and per subset) and back with :meth:`PartitionPlan.from_tables`.
 Measured on 2 shared cores, 1M real objects and 1M paper-protocol subscriptions, ``m = 20``
 (the partition benchmark, in git history: ``git show 1942197:lib/dkmsks/bench/partition.py``):
 KOP 0.4 s; SOP 0.6 s; DkM-SKS (Algorithm 2 + 3, 859k subsets) 16 s, plus 10 s for the initial
-kNN that SOP, DkM-SKS and PS²Stream need; PS²Stream (400 leaves) 7.2 s with the machine shared with other jobs (load average about 7).
+kNN that SOP, DkM-SKS and PS²Stream need; PS²Stream (400 leaves) 7.2 s with the machine shared with other
+jobs (load average about 7).
 """
 
 from __future__ import annotations
