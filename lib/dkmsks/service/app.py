@@ -409,16 +409,19 @@ def _routes(app: FastAPI) -> None:
                                    ) -> schemas.Result:
         """The exact kNN of a subscription at the last processed timestamp, or at ``as_of``."""
         service = service_of(request)
-        found = await _owned(request, who, sub_id)
-        if as_of is not None and not who.is_admin and service.registry.owner_at(sub_id, as_of) != who.name:
-            raise Problem(404, "not-found", "Not found", f"subscription {sub_id} was not yours at t={as_of}")
+        found = None
+        if as_of is None:
+            found = await _owned(request, who, sub_id)
+        elif not who.is_admin and service.registry.owner_at(sub_id, as_of) != who.name:
+            # A past result is its owner's then, live or not now (the registry's claims).
+            raise Problem(404, "not-found", "Not found", f"no subscription {sub_id} of yours at t={as_of}")
         try:
             r = await asyncio.to_thread(service.client.results, sub_id, as_of)
         except ValueError as err:
             text = str(err)
             if "beyond the as-of horizon" in text:
                 raise Problem(410, "beyond-horizon", "Gone", text) from None
-            if found.status == "pending" and as_of is None:
+            if found is not None and found.status == "pending":
                 raise Problem(409, "pending", "Not processed yet", text) from None
             if "not live" in text:
                 raise Problem(404, "not-found", "Not found", text) from None
