@@ -45,13 +45,18 @@ def make_tokens(path: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_service(warehouse: Warehouse, **options) -> Iterator[Running]:
-    """The service over ``warehouse`` until the block ends (``options``: ServiceConfig fields)."""
+def running_service(warehouse: Warehouse, *, sndbuf: int | None = None, **options) -> Iterator[Running]:
+    """The service over ``warehouse`` until the block ends (``options``: ServiceConfig fields;
+    ``sndbuf``: the connections' kernel send buffer, small to make a stalled client felt soon)."""
     tokens_file = warehouse.run_dir / "tokens.json"
     tokens = make_tokens(tokens_file)
     options = {"poll": 0.05, "rate": 10_000.0, "burst": 10_000, **options}
     app = create_app(ServiceConfig(warehouse, tokens_file, warehouse.run_dir / "service-test.sqlite3", **options))
     sock = listening_socket("127.0.0.1", 0)
+    if sndbuf is not None:
+        import socket
+
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     served = server(app, log_level="warning")
     thread = threading.Thread(target=served.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -27,10 +27,12 @@ which maintenance moves with :mod:`dkmsks.storage.retention`'s horizon) — or o
 id of this warehouse (malformed, or after the last processed timestamp) gets a ``reset`` event
 instead: the current results of the stream's subscriptions, from which the stream continues.
 
-**Back-pressure.** A stream's deque holds at most ``max_buffer`` bytes of frames not yet
-written; a client that reads too slowly overflows it and is disconnected (its connection task is
-cancelled and the ASGI call returns; the kernel's ``TCP_USER_TIMEOUT`` on the listening socket
-then ends a connection whose peer never reads). The fan-out never waits for a stream, so a
+**Back-pressure.** Each commit reaches a stream as one chunk (its visible frames and the closing
+``processed`` frame; the unfiltered streams share one chunk). A stream that still holds more than
+``max_buffer`` unwritten bytes when the next commit arrives has not kept up and is disconnected
+(its connection task is cancelled and the ASGI call returns; the kernel's ``TCP_USER_TIMEOUT`` on
+the listening socket then ends a connection whose peer never reads), so what a stream holds is
+bounded by ``max_buffer`` plus one commit's share. The fan-out never waits for a stream, so a
 stalled client slows nobody.
 """
 
@@ -297,44 +299,59 @@ class Hub:
         return not stream.owned or self.owner(event) == stream.principal
 
     def _fan_out(self, events: list[ChangeEvent], newest: int) -> None:
+        """Hand each stream, in one chunk, the frames of this commit it may see and the
+        ``processed`` frame that closes it. A stream still holding more than ``max_buffer``
+        bytes of earlier commits has not kept up and is dropped first; a commit's own frames
+        always go in whole, however large (a catch-up round), so a client that reads keeps up."""
         started = time.perf_counter()
-        delivered = 0
-        for event in events:
-            targets: set[Stream] = set(self._everything)
-            targets.update(self._by_sub.get(event.sub_id, ()))
-            if self._by_owner:
-                owner = self.owner(event)
-                if owner is not None:
-                    targets.update(self._by_owner.get(owner, ()))
-            for stream in targets:
-                if stream.owned and stream.subs is not None and self.owner(event) != stream.principal:
-                    continue
-                delivered += self._offer(stream, event.frame)
-            self.ring.append(event)
-        closing = frame("processed", {"t": newest}, str(newest))
         for stream in list(self.streams):
-            self._offer(stream, closing)
+            if stream.buffered > self.max_buffer:
+                self._drop(stream, "overflow")
+        closing = frame("processed", {"t": newest}, str(newest))
+        mine: dict[Stream, list[bytes]] = {}
+        if self._by_sub or self._by_owner:
+            for event in events:
+                targets = self._by_sub.get(event.sub_id)
+                owner = self.owner(event) if self._by_owner or targets else None
+                if targets:
+                    for stream in targets:
+                        if not stream.owned or owner == stream.principal:
+                            mine.setdefault(stream, []).append(event.frame)
+                if owner is not None and self._by_owner:
+                    for stream in self._by_owner.get(owner, ()):
+                        mine.setdefault(stream, []).append(event.frame)
+        # One chunk for every unfiltered stream: made once, each holds a reference to it.
+        everything = b"".join([*(e.frame for e in events), closing]) if self._everything else b""
+        delivered = 0
+        for stream in list(self.streams):
+            if stream in self._everything:
+                self._push(stream, everything)
+                delivered += len(events)
+            else:
+                frames = mine.get(stream, [])
+                self._push(stream, b"".join([*frames, closing]))
+                delivered += len(frames)
+        self.ring.extend(events)
         self.position = newest
         while len(self.ring) > self.ring_size:
             self.ring_floor = self.ring.popleft().t
         if self.metrics is not None:
             self.metrics.fanned_out(len(events), delivered, time.perf_counter() - started)
 
-    def _offer(self, stream: Stream, data: bytes) -> int:
-        if stream.closed is not None:
-            return 0
-        if stream.buffered + len(data) > self.max_buffer:
-            self.detach(stream)
-            stream.close("overflow")
-            if stream.task is not None:
-                stream.task.cancel()
-            if self.metrics is not None:
-                self.metrics.stream_dropped("overflow")
-            return 0
-        stream.frames.append(data)
-        stream.buffered += len(data)
-        stream.wake.set()
-        return 1
+    def _push(self, stream: Stream, data: bytes) -> None:
+        if stream.closed is None:
+            stream.frames.append(data)
+            stream.buffered += len(data)
+            stream.wake.set()
+
+    def _drop(self, stream: Stream, reason: str) -> None:
+        """Cut a stream off: it leaves the hub and its writer is cancelled."""
+        self.detach(stream)
+        stream.close(reason)
+        if stream.task is not None:
+            stream.task.cancel()
+        if self.metrics is not None:
+            self.metrics.stream_dropped(reason)
 
     async def refresh_horizon(self) -> None:
         """Re-read the as-of horizon (the oldest timestamp whose results can be rebuilt)."""
