@@ -50,6 +50,7 @@ def rss(pid: int) -> int:
 
 
 async def open_stream(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """An event stream of the admin's, its response headers read."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(f"GET /v1/events HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
     await writer.drain()
@@ -72,6 +73,7 @@ async def count_until(reader: asyncio.StreamReader, marker: bytes) -> int:
 
 
 async def streams_phase(port: int, token: str, pid: int, n: int, commit, t: int) -> None:
+    """Measurements 2 and 3 (module doc)."""
     await asyncio.sleep(1.0)
     before = rss(pid)
     conns = []
@@ -97,10 +99,9 @@ async def streams_phase(port: int, token: str, pid: int, n: int, commit, t: int)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the measurements (module doc)."""
-    from live_pipeline import live_pipeline, workload
-
     from dkmsks.client import Client
     from dkmsks.service.auth import Scope, TokenStore
+    from live_pipeline import live_pipeline, workload
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--streams", type=int, default=1000)

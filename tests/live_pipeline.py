@@ -117,11 +117,11 @@ class Pipeline:
                 old = before.get(sid) if sid not in set(ins.ids.tolist()) else KnnResult(np.zeros(0, np.int64),
                                                                                         np.zeros(0))
                 new = after[sid]
-                if old is None or not (np.array_equal(old.object_ids, new.object_ids)
-                                       and np.array_equal(old.d2, new.d2)):
-                    if len(new.object_ids) or old is None:
-                        records.append(_change(t, sid, "update", new))
-                        touched[sid] = (t, "upsert")
+                changed = old is None or not (np.array_equal(old.object_ids, new.object_ids)
+                                              and np.array_equal(old.d2, new.d2))
+                if changed and (len(new.object_ids) or old is None):
+                    records.append(_change(t, sid, "update", new))
+                    touched[sid] = (t, "upsert")
             records.append({"record": "ledger", "t": t, "run_from_t": last, "run_through_t": pending.timestamps[-1],
                             "objects": int((o.t == t).sum()), "insertions": len(ins), "deletions": len(dels)})
             before = after

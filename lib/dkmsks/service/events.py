@@ -173,6 +173,7 @@ class Hub:
         self.ring_floor: int | None = None  # the ring holds every change after this timestamp
         self.horizon: int | None = None
         self._horizon_at = 0.0
+        self._horizon_task: asyncio.Task[None] | None = None
         self.streams: set[Stream] = set()
         self._by_sub: dict[int, set[Stream]] = {}
         self._by_owner: dict[str, set[Stream]] = {}
@@ -223,6 +224,7 @@ class Hub:
         start = await self._in_reader(self._observe_until_now)
         if start is None:
             return  # nothing processed yet: no stream can be served
+        await self.refresh_horizon()
         self.position, self.version = start
         self.ring_floor = self.position
         self.ready.set()
@@ -249,8 +251,9 @@ class Hub:
         """Fan out what the journal committed since the last look; how many changes."""
         assert self.position is not None
         committed = await self._in_reader(self.lake.committed_after, tables.JOURNAL, self.version)
-        if time.monotonic() - self._horizon_at > 60:
-            await self.refresh_horizon()
+        if time.monotonic() - self._horizon_at > 60 and self._horizon_task is None:
+            # Apart from the tailer's thread: it opens old knn_state versions, which takes a while.
+            self._horizon_task = asyncio.get_running_loop().create_task(self.refresh_horizon())
         if not committed:
             return 0
         self.last_commit_seen = time.time()
@@ -356,7 +359,10 @@ class Hub:
     async def refresh_horizon(self) -> None:
         """Re-read the as-of horizon (the oldest timestamp whose results can be rebuilt)."""
         self._horizon_at = time.monotonic()
-        self.horizon = await self._in_reader(self._read_horizon)
+        try:
+            self.horizon = await asyncio.to_thread(self._read_horizon)
+        finally:
+            self._horizon_task = None
 
     def _read_horizon(self) -> int | None:
         from dkmsks.storage.export import oldest_available, state_checkpoints

@@ -81,7 +81,7 @@ class Registry:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         # sub_id -> (since_t list ascending, principal list): the claims, for owner look-ups.
         self._claims: dict[int, tuple[list[int], list[str | None]]] = {}
         for sub_id, since_t, principal in self._db.execute("SELECT sub_id, since_t, principal FROM claims "
@@ -115,7 +115,8 @@ class Registry:
 
     def claimed_ids(self) -> list[int]:
         """Every id with a claim."""
-        return list(self._claims)
+        with self._lock:
+            return list(self._claims)
 
     def owner_at(self, sub_id: int, t: int, *, deletion: bool = False) -> str | None:
         """The owner of a change of ``sub_id`` at ``t`` (module doc); None: nobody's."""
@@ -142,8 +143,9 @@ class Registry:
 
     def owned_by(self, principal: str) -> list[tuple[int, int]]:
         """``(sub_id, since_t)`` of every registration claimed for ``principal``."""
-        return [(sid, t) for sid, (times, owners) in self._claims.items()
-                for t, owner in zip(times, owners, strict=True) if owner == principal]
+        with self._lock:
+            return [(sid, t) for sid, (times, owners) in self._claims.items()
+                    for t, owner in zip(times, owners, strict=True) if owner == principal]
 
     def observe_registrations(self, registrations: list[tuple[int, int]]) -> int:
         """Registrations ``(sub_id, t)`` the journal committed: those of a claimed id without a
