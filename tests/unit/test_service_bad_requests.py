@@ -125,7 +125,7 @@ def encode(value) -> bytes:
     return json.dumps(value, allow_nan=True).encode()
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=request_body(("id", "x", "y", "keywords", "k")) | json_values)
 def test_fuzzed_subscriptions_are_answered_and_only_good_ones_land(svc, body):
     before = landing_versions(svc)
@@ -139,7 +139,7 @@ def test_fuzzed_subscriptions_are_answered_and_only_good_ones_land(svc, body):
         assert landing_versions(svc) == before
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=st.lists(request_body(("id", "x", "y", "keywords", "t")), min_size=1, max_size=4)
        | request_body(("id", "x", "y", "keywords", "t")) | json_values)
 def test_fuzzed_publishes_are_answered_and_only_valid_rows_land(svc, body):
