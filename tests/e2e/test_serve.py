@@ -121,6 +121,12 @@ def test_dkm_serve_in_its_own_process_serves_streams_and_stops_on_sigterm(pipeli
 
 
 def test_https_with_a_certificate(pipeline, tmp_path):
+    import shutil
+
+    from conftest import missing_prerequisite
+
+    if shutil.which("openssl") is None:
+        missing_prerequisite("openssl (Debian's openssl package) makes the test's certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
