@@ -234,7 +234,7 @@ def test_a_client_that_never_reads_is_cut_off_and_slows_nobody(tmp_path):
             pipeline.round()
             started = time.monotonic()
             reader.wait_processed(t, timeout=20)
-            assert time.monotonic() - started < 5, "a reading client waited on the stalled one"
+            assert time.monotonic() - started < 10, "a reading client waited on the stalled one"
         dropped = svc.service.metrics.dropped.labels("overflow")._value.get()
         assert dropped == 1, "the stalled client was not cut off"
         assert len(svc.service.hub.streams) == 1
