@@ -101,3 +101,14 @@ def test_claims_say_who_owns_a_change(tmp_path):
     assert stat.S_IMODE((tmp_path / "r.sqlite3").stat().st_mode) == 0o600
     again.store("alice", "k1", "abc", 202, {"t": 3})
     assert again.stored("alice", "k1").response == {"t": 3} and again.stored("bob", "k1") is None
+
+
+def test_the_vendored_web_assets_match_their_manifest():
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([str(repo / "scripts" / "vendor_web.sh"), "--check"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (repo / "lib/dkmsks/service/static/swagger-ui/VERSION").read_text().strip() == "swagger-ui-dist@5.36.0"
