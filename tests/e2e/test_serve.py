@@ -28,7 +28,9 @@ DKM = [sys.executable, "-m", "dkmsks.cli"]
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    return live_pipeline(tmp_path_factory.mktemp("serve") / "wh", workload())
+    made = live_pipeline(tmp_path_factory.mktemp("serve") / "wh", workload())
+    token(made, "ops", "admin")  # every test here finds a tokens file, whichever runs first
+    return made
 
 
 def token(pipeline, name: str, scope: str) -> str:
