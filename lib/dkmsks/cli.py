@@ -29,6 +29,8 @@ COMMAND_MODULES = (
     "results",
     "watch",
     "status",
+    "serve",
+    "token",
     "sql",
     "spark_sql",
     "spark_history",

@@ -161,30 +161,13 @@ class Client:
         (1-based, objects and events numbered apart), and listed in the report's ``refused``.
         Publishing the same rows at the same timestamps again changes nothing.
         """
-        from dkmsks.storage.publish import events_table, objects_table
-
         object_rows, event_rows = list(objects), list(events)
         if not object_rows and not event_rows:
             return PublishReport()
         at = self.next_open_timestamp() if t is None else t
-        raw = {"objects": _raw_rows(object_rows, OBJECT_COLUMNS, at),
-               "events": _raw_rows(event_rows, EVENT_COLUMNS, at)}
-        digest = hashlib.sha256(repr([[r if isinstance(r, Rejection) else r[2] for r in rows]
-                                      for rows in raw.values()]).encode()).hexdigest()[:12]
-        name = f"{source}#{digest}"
-        vocab = Vocabulary()
-        rejected: list[tuple[str, Rejection]] = []
-        o_rows = [r for r in raw["objects"] if not isinstance(r, Rejection)]
-        e_rows = [r for r in raw["events"] if not isinstance(r, Rejection)]
-        o_load = validate_objects(o_rows, vocab, source=name, bounds=self.bounds)
-        e_load = validate_events(e_rows, vocab, source=name, bounds=self.bounds, liveness=False)
-        for target, rows, load_rejections in ((tables.OBJECTS, raw["objects"], o_load.rejections),
-                                              (tables.EVENTS, raw["events"], e_load.rejections)):
-            early = [Rejection(name, r.line, r.reason, r.text) for r in rows if isinstance(r, Rejection)]
-            rejected += [(target, r) for r in sorted(early + load_rejections, key=lambda r: r.line)]
-        return publish_rows(self.warehouse, objects=objects_table(o_load, vocab, name) if len(o_load.objects) else None,
-                            events=events_table(e_load, vocab, name) if len(e_load.events) else None,
-                            rejected=rejected, run_id=source, who=f"a client ({source})")
+        rows = prepare_rows(object_rows, event_rows, t=at, source=source, bounds=self.bounds)
+        return publish_rows(self.warehouse, objects=rows.objects, events=rows.events, rejected=rows.rejected,
+                            run_id=source, who=f"a client ({source})")
 
     # ------------------------------------------------------------------ results
     def results(self, sub_id: int, as_of: int | None = None) -> Result:
@@ -264,6 +247,76 @@ class Client:
         return newest, changes
 
 
+# ---------------------------------------------------------------------- a batch validated for landing
+
+
+@dataclass
+class PreparedRows:
+    """A batch of rows given in memory, validated row by row with the readers' rules and ready
+    for :func:`~dkmsks.storage.landing.publish_rows`: the landing tables of the accepted rows
+    (``None`` when none), the refused rows with their reasons, and the quarantine source
+    ``<source>#<digest of the batch>`` that names them (their lines are their 1-based positions,
+    objects and events numbered apart)."""
+
+    source: str
+    objects: pa.Table | None
+    events: pa.Table | None
+    rejected: list[tuple[str, Rejection]]
+    #: Lines (objects, events) of rows that named no timestamp: :meth:`at` gives them one.
+    open_lines: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+
+    def at(self, t: int) -> PreparedRows:
+        """The batch with every row that named no timestamp at ``t``."""
+        return PreparedRows(self.source, _with_t(self.objects, self.open_lines[0], t),
+                            _with_t(self.events, self.open_lines[1], t), self.rejected)
+
+
+#: The timestamp a row without one is validated with when the batch's is not chosen yet.
+_OPEN_T = 0
+
+
+def prepare_rows(objects: Iterable[Mapping[str, Any] | Sequence[Any]] = (),
+                 events: Iterable[Mapping[str, Any] | Sequence[Any]] = (), *, t: int | None,
+                 source: str = CLIENT_SOURCE, bounds: Bounds | None = None) -> PreparedRows:
+    """Validate a batch as :meth:`Client.publish` does (its doc): objects (``id, x, y,
+    keywords, t``) and subscription events (``op, id, x, y, keywords, k, t``), dicts by column
+    name or tuples in column order. A row without ``t`` takes ``t``; with ``t=None`` it stays
+    open (:attr:`PreparedRows.open_lines`) until :meth:`PreparedRows.at` chooses it, which
+    lets a caller validate now and pick the timestamp when it lands (the service's publisher
+    groups the batches of many requests into one append)."""
+    from dkmsks.storage.publish import events_table, objects_table
+
+    object_rows, event_rows = list(objects), list(events)
+    open_lines: tuple[set[int], set[int]] = (set(), set())
+    raw = {"objects": _raw_rows(object_rows, OBJECT_COLUMNS, t, open_lines[0]),
+           "events": _raw_rows(event_rows, EVENT_COLUMNS, t, open_lines[1])}
+    digest = hashlib.sha256(repr([[r if isinstance(r, Rejection) else r[2] for r in rows]
+                                  for rows in raw.values()]).encode()).hexdigest()[:12]
+    name = f"{source}#{digest}"
+    vocab = Vocabulary()
+    rejected: list[tuple[str, Rejection]] = []
+    o_rows = [r for r in raw["objects"] if not isinstance(r, Rejection)]
+    e_rows = [r for r in raw["events"] if not isinstance(r, Rejection)]
+    o_load = validate_objects(o_rows, vocab, source=name, bounds=bounds)
+    e_load = validate_events(e_rows, vocab, source=name, bounds=bounds, liveness=False)
+    for target, rows, load_rejections in ((tables.OBJECTS, raw["objects"], o_load.rejections),
+                                          (tables.EVENTS, raw["events"], e_load.rejections)):
+        early = [Rejection(name, r.line, r.reason, r.text) for r in rows if isinstance(r, Rejection)]
+        rejected += [(target, r) for r in sorted(early + load_rejections, key=lambda r: r.line)]
+    return PreparedRows(name, objects_table(o_load, vocab, name) if len(o_load.objects) else None,
+                        events_table(e_load, vocab, name) if len(e_load.events) else None, rejected,
+                        (frozenset(open_lines[0]), frozenset(open_lines[1])))
+
+
+def _with_t(rows: pa.Table | None, lines: frozenset[int], t: int) -> pa.Table | None:
+    """``rows`` with the ``t`` of the rows at ``lines`` set to ``t``."""
+    if rows is None or not lines:
+        return rows
+    opened = pc.is_in(rows.column("line"), value_set=pa.array(sorted(lines), pa.int64()))
+    at = pc.if_else(opened, pa.scalar(int(t), pa.int64()), rows.column("t"))
+    return rows.set_column(rows.column_names.index("t"), "t", at)
+
+
 # ---------------------------------------------------------------------- rows as the rules read them
 
 
@@ -279,10 +332,11 @@ def _subscription_id(value: Any) -> int:
 
 
 def _raw_rows(rows: list[Mapping[str, Any] | Sequence[Any]], columns: tuple[str, ...],
-              t: int) -> list[RawRow | Rejection]:
+              t: int | None, open_lines: set[int] | None = None) -> list[RawRow | Rejection]:
     """Rows given in memory as :data:`~dkmsks.io.raw_rows.RawRow` text fields (their position
     is their line), or a :class:`Rejection` for a row of the wrong shape. ``t`` fills a
-    missing timestamp."""
+    missing timestamp; when it is None, such a row is validated at a placeholder and its line
+    added to ``open_lines``."""
     out: list[RawRow | Rejection] = []
     for line, row in enumerate(rows, start=1):
         if type(row) is dict or isinstance(row, Mapping):
@@ -300,7 +354,9 @@ def _raw_rows(rows: list[Mapping[str, Any] | Sequence[Any]], columns: tuple[str,
         else:
             fields = dict(zip(columns, row, strict=True))
         if fields.get("t") is None:
-            fields["t"] = t
+            fields["t"] = _OPEN_T if t is None else t
+            if t is None and open_lines is not None:
+                open_lines.add(line)
         out.append(_raw_row(line, fields, columns))
     return out
 

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import pytest
-
 from dkmsks.jobs.follow.spool import close_gate, open_gate, wait_at_gate
 
 pytestmark = pytest.mark.unit

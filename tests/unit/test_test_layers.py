@@ -1,4 +1,5 @@
-"""Every test is in a layer (pytest markers; not the library's import layers, tests/unit/test_layers.py): the hooks of tests/conftest.py put a collected test that carries
+"""Every test is in a test layer (its pytest marker; the library's import layers are
+tests/unit/test_layers.py): the hooks of tests/conftest.py put a collected test that carries
 none of the layer markers in every layer and fail it there, naming the fix (``-m unit`` would
 otherwise silently never run it)."""
 

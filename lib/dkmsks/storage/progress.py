@@ -13,6 +13,8 @@ except that without a journal the ledger is unknown and the job runs and decides
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dkmsks.storage import tables
 from dkmsks.storage.journal import last_processed
 from dkmsks.storage.lake import Lake, MissingTable
@@ -109,3 +111,48 @@ def _newest_t(lake: Lake, name: str) -> int | None:
         return lake.column_bound(name, "t")
     except MissingTable:
         return None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A warehouse's pipeline in one look (``dkm status``, the service's ``/v1/status``): the
+    current plan, the ledger, the pending timestamps, and the live subscriptions per worker."""
+
+    plan: PlanInfo | None
+    last_processed: int | None
+    processed: int  # timestamps in the ledger
+    pending: list[int]
+    live: int | None  # live subscriptions (None before the first plan)
+    result_rows: int | None
+    worker_subscriptions: list[int]
+    worker_loads: list[float]  # C(w) of each worker, normalised by |O_init| as in the plan
+
+
+def summary(lake: Lake) -> Summary:
+    """The :class:`Summary` of ``lake``'s warehouse database, read from the Delta logs (one
+    committed state; :class:`MissingTable` before anything was ingested)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from dkmsks.storage.journal import pending_timestamps
+    from dkmsks.storage.lake import where
+    from dkmsks.storage.state_io import StateView
+
+    info = current_plan(lake)
+    last = last_processed(lake)
+    ledger = lake.read(tables.JOURNAL, columns=["t"], predicate=where(record__eq="ledger"))
+    pending = pending_timestamps(lake, last) if last is not None else []
+    live = rows = None
+    count: list[int] = []
+    load: list[float] = []
+    if info is not None:
+        state = StateView.open(lake, fallback_plan=info.plan_version).read(
+            columns=["sub_id", "worker", "weight", "object_ids"])
+        live = state.num_rows
+        rows = int(pc.sum(pc.list_value_length(state.column("object_ids"))).as_py() or 0)
+        worker = np.asarray(state.column("worker").to_numpy(), dtype=np.int64)
+        weight = np.asarray(state.column("weight").to_numpy(), dtype=np.float64)
+        count = np.bincount(worker, minlength=info.workers).tolist()
+        load = (np.bincount(worker, weights=weight, minlength=info.workers)
+                / max(int(info.meta.get("n_objects", 1)), 1)).tolist()
+    return Summary(info, last, len(pc.unique(ledger.column("t"))), pending, live, rows, count, load)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Run the HTTP service (dkm serve) over a warehouse in the background, with a PID file and a log.
+#
+#   scripts/serve.sh start [dkm serve flags...]   # e.g. --warehouse W --database D --port 8750
+#   scripts/serve.sh status [--warehouse W] [--database D]
+#   scripts/serve.sh stop   [--warehouse W] [--database D]   # SIGTERM: streams end, the publisher drains
+#
+# Files: <warehouse>/run/serve-<database>.pid and .log. The warehouse defaults to
+# $DKMSKS_WAREHOUSE or .cache/warehouse, the database to $DKMSKS_DATABASE or "default". A token
+# must exist first (dkm token create --name NAME --scope admin). The log holds request lines
+# (method, path, status), never a header or a token.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+action=${1:-status}
+shift || true
+
+warehouse=${DKMSKS_WAREHOUSE:-$REPO/.cache/warehouse}
+database=${DKMSKS_DATABASE:-default}
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    --warehouse) warehouse=${args[i+1]} ;;
+    --warehouse=*) warehouse=${args[i]#*=} ;;
+    --database) database=${args[i+1]} ;;
+    --database=*) database=${args[i]#*=} ;;
+  esac
+done
+case "$warehouse" in
+  *://*) run=${DKMSKS_LOCAL_DIR:-$REPO/.cache/local/${warehouse#*://}}/run ;;  # object storage: this host's home
+  *) mkdir -p "$warehouse"; warehouse=$(cd "$warehouse" && pwd); run=$warehouse/run ;;
+esac
+pidfile=$run/serve-$database.pid
+log=$run/serve-$database.log
+
+# Alive and not a zombie (a killed service whose parent has not reaped it yet is not running).
+alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
+running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
+
+case "$action" in
+  start)
+    if running; then echo "serve: already running (pid $(cat "$pidfile"))"; exit 0; fi
+    mkdir -p "$run"
+    setsid nohup "$REPO/.venv/bin/dkm" serve --warehouse "$warehouse" --database "$database" "${args[@]}" \
+      >> "$log" 2>&1 < /dev/null &
+    echo $! > "$pidfile"
+    # Up when it answers /healthz, or failed when it has exited (the log says why).
+    for _ in $(seq 1 100); do
+      if ! alive "$(cat "$pidfile")"; then echo "serve: exited at start; last log lines:"; tail -n 5 "$log"; exit 1; fi
+      grep -q "Uvicorn running\|Application startup complete" "$log" 2>/dev/null && break
+      sleep 0.2
+    done
+    echo "serve: started (pid $(cat "$pidfile")), log $log"
+    grep "dkm serve:" "$log" | tail -n 1
+    ;;
+  status)
+    if running; then echo "serve: running (pid $(cat "$pidfile"))"; else echo "serve: not running"; fi
+    [ -f "$log" ] && { echo "last log lines:"; tail -n 5 "$log"; }
+    running
+    ;;
+  stop)
+    if ! running; then echo "serve: not running"; rm -f "$pidfile"; exit 0; fi
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid"
+    for _ in $(seq 1 40); do alive "$pid" || break; sleep 0.25; done
+    if alive "$pid"; then
+      echo "serve: still running after 10 s; killing it (published rows are in Delta; streams resume)"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+    echo "serve: stopped"
+    ;;
+  *)
+    echo "usage: scripts/serve.sh start|status|stop [--warehouse W] [--database D] [dkm serve flags]" >&2
+    exit 2
+    ;;
+esac
