@@ -169,7 +169,7 @@ def live_pipeline(root: Path | str, work: Workload, *, workers: int = 2) -> Pipe
     """The warehouse as the partition job leaves it for ``work`` (O_init landed, the initial
     subscriptions live with their exact kNN within O_init, a plan, the ledger record of t0 = 0),
     and the engine that continues it."""
-    engine, setup = build_engine(PartitionConfig(method="kop", workers=workers), work.objects, work.events)
+    engine, setup = build_engine(PartitionConfig(method="kop", workers=workers), work.objects, work.events, threads=2)
     warehouse = Warehouse(root)
     lake = create_tables(warehouse)
     o = work.objects
