@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,60 +72,68 @@ def _lease_key(warehouse: Warehouse, kind: str) -> str:
 
 
 @contextmanager
+def _reentrant(key: str, take: Callable[[], Any], give_back: Callable[[Any], None]) -> Iterator[Any]:
+    """Hold the lock known as ``key`` for the block, re-entrant within this process: the first
+    entry takes it (``take()``, whose result the block gets), the last exit gives it back."""
+    with _guard:
+        entry = _held.get(key)
+        if entry is not None:
+            _held[key] = (entry[0], entry[1] + 1)
+    if entry is None:
+        held = take()
+        with _guard:
+            _held[key] = (held, 1)
+    else:
+        held = entry[0]
+    try:
+        yield held
+    finally:
+        with _guard:
+            held, depth = _held[key]
+            if depth > 1:
+                _held[key] = (held, depth - 1)
+            else:
+                del _held[key]
+                give_back(held)
+
+
 def lease_lock(warehouse: Warehouse, kind: str, job: str, *, timeout: float | None = None,
-               fenced: bool = False, lease_seconds: float | None = None) -> Iterator[Any]:
+               fenced: bool = False, lease_seconds: float | None = None) -> AbstractContextManager[Any]:
     """Hold the lease ``locks/<database>.<kind>`` of a warehouse on object storage for the
     block (re-entrant per process); yields the :class:`~dkmsks.storage.leases.Lease`. With
     ``fenced``, taking it commits its epoch to the journal and the journal's commits carry it
     while it is held (:mod:`dkmsks.storage.leases`)."""
-    from dkmsks.storage.leases import LANDING_LEASE_SECONDS, LEASE_SECONDS, Lease
+    from dkmsks.storage.leases import LANDING_LEASE_SECONDS, LEASE_SECONDS, Lease, set_fence
     from dkmsks.storage.objectstore import ObjectStore
 
     assert warehouse.location is not None
-    key = _lease_key(warehouse, kind)
-    with _guard:
-        if key in _held:
-            lease, depth = _held[key]
-            _held[key] = (lease, depth + 1)
-            reentered = True
-        else:
-            reentered = False
-    if reentered:
-        try:
-            yield lease
-        finally:
-            with _guard:
-                lease, depth = _held[key]
-                _held[key] = (lease, depth - 1)
-        return
-
     seconds = lease_seconds or (LEASE_SECONDS if fenced else LANDING_LEASE_SECONDS)
-    lease = Lease(ObjectStore.of(warehouse.location), warehouse.lock_key(kind), job, lease_seconds=seconds)
     wait = DEFAULT_TIMEOUT if timeout is None else timeout
-    try:
-        lease.acquire(wait)
-    except TimeoutError as err:
-        raise WriterBusy(f"{job}: another job holds {warehouse.uri}/{warehouse.lock_key(kind)} (holder: {err}); "
-                         f"waited {wait:.0f} s — retry later, or raise DKMSKS_LOCK_TIMEOUT") from None
-    journal = None
-    try:
-        if fenced:
-            journal = _fence_journal(warehouse, lease.epoch)
-        with _guard:
-            _held[key] = (lease, 1)
-        yield lease
-    finally:
-        with _guard:
-            entry = _held.get(key)
-            if entry is not None and entry[1] > 1:
-                _held[key] = (entry[0], entry[1] - 1)
-            else:
-                _held.pop(key, None)
-                if journal is not None:
-                    from dkmsks.storage.leases import set_fence
+    journal: list[str] = []
 
-                    set_fence(None, journal)
+    def take() -> Lease:
+        assert warehouse.location is not None
+        lease = Lease(ObjectStore.of(warehouse.location), warehouse.lock_key(kind), job, lease_seconds=seconds)
+        try:
+            lease.acquire(wait)
+        except TimeoutError as err:
+            raise WriterBusy(f"{job}: another job holds {warehouse.uri}/{warehouse.lock_key(kind)} "
+                             f"(holder: {err}); waited {wait:.0f} s — retry later, "
+                             "or raise DKMSKS_LOCK_TIMEOUT") from None
+        if fenced:
+            try:
+                journal.append(_fence_journal(warehouse, lease.epoch))
+            except BaseException:
                 lease.release()
+                raise
+        return lease
+
+    def give_back(lease: Lease) -> None:
+        for uri in journal:
+            set_fence(None, uri)
+        lease.release()
+
+    return _reentrant(_lease_key(warehouse, kind), take, give_back)
 
 
 def _fence_journal(warehouse: Warehouse, epoch: int) -> str:
@@ -146,40 +154,10 @@ def _fence_journal(warehouse: Warehouse, epoch: int) -> str:
     return uri
 
 
-@contextmanager
-def file_lock(path: Path, job: str, *, timeout: float | None = None) -> Iterator[None]:
+def file_lock(path: Path, job: str, *, timeout: float | None = None) -> AbstractContextManager[Any]:
     """Hold an exclusive, re-entrant (per process) ``flock`` on ``path`` for the block;
     ``job`` describes the holder to whoever has to wait."""
-    key = str(path)
-    with _guard:
-        if key in _held:
-            handle, depth = _held[key]
-            _held[key] = (handle, depth + 1)
-            reentered = True
-        else:
-            reentered = False
-    if reentered:
-        try:
-            yield
-        finally:
-            with _guard:
-                handle, depth = _held[key]
-                _held[key] = (handle, depth - 1)
-        return
-
-    handle = acquire(path, job, timeout=timeout)
-    with _guard:
-        _held[key] = (handle, 1)
-    try:
-        yield
-    finally:
-        with _guard:
-            handle, depth = _held[key]
-            if depth > 1:
-                _held[key] = (handle, depth - 1)
-            else:
-                del _held[key]
-                release(handle)
+    return _reentrant(str(path), lambda: acquire(path, job, timeout=timeout), release)
 
 
 def acquire(path: Path, job: str, *, timeout: float | None = None,
