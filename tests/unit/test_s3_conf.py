@@ -9,9 +9,9 @@ from dkmsks.spark.s3 import LOGSTORE_CLASS, s3_jars, s3a_conf
 
 pytestmark = pytest.mark.unit
 
-KEY = "AKIAEXAMPLEKEY0000001"
-SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-TOKEN = "FwoGZXIvYXdzEXAMPLESESSIONTOKEN"
+KEY = "test-access-key-id-for-this-test"
+SECRET = "test-secret-access-key-for-this-test"
+TOKEN = "test-session-token-for-this-test"
 
 
 def credentials(**more: str) -> dict[str, str]:
