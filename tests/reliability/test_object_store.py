@@ -238,10 +238,11 @@ def test_a_store_that_cannot_be_used_is_one_line_and_exit_2_with_nothing_written
     assert not Path(warehouse.root, "run").exists()
 
 
-def test_a_lease_given_back_is_taken_again_by_its_process_under_the_same_fence(s3_warehouse, monkeypatch):
-    """Follow mode takes the writer lock per round: its own lease, given back and untaken since,
-    keeps its epoch, so no new fence commit moves the journal (which follow would read as another
-    writer's commit); another process's take raises the epoch and fences the journal anew."""
+def test_a_lease_given_back_keeps_its_epoch_and_only_a_takeover_fences_the_journal(s3_warehouse, monkeypatch):
+    """A clean hand-over (a given-back lease taken by anyone) keeps the epoch and commits
+    nothing, so scheduled jobs that take the lock and find nothing to do leave the journal
+    alone; a takeover after a kill raises the epoch and commits a fence, which a reader tells
+    from a round's commit (Lake.only_fences_since: what follow mode checks before restarting)."""
     from dkmsks.storage.writer_lock import writer_lock
 
     warehouse = Warehouse(s3_warehouse)
@@ -249,13 +250,19 @@ def test_a_lease_given_back_is_taken_again_by_its_process_under_the_same_fence(s
     with writer_lock(warehouse, "round 1") as lease:
         first = lease.epoch
     version = lake.version(tables.JOURNAL)
-    with writer_lock(warehouse, "round 2") as lease:
-        assert lease.epoch == first
-    assert lake.version(tables.JOURNAL) == version
-    holder, epoch = start_holder(s3_warehouse)
+    holder, epoch = start_holder(s3_warehouse)  # another process, given back cleanly
     holder.stdin.close()
     holder.wait()
-    assert epoch == first + 1
-    with writer_lock(warehouse, "round 3") as lease:
-        assert lease.epoch == epoch + 1
-    assert lake.table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == epoch + 1
+    with writer_lock(warehouse, "round 2") as lease:
+        assert epoch == first and lease.epoch == first
+    assert lake.version(tables.JOURNAL) == version
+    holder, epoch = start_holder(s3_warehouse)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    (lock, lease), _ = take_writer_lock(warehouse, monkeypatch)
+    lock.__exit__(None, None, None)
+    assert lease.epoch == first + 1
+    assert lake.table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == first + 1
+    assert lake.version(tables.JOURNAL) == version + 1 and lake.only_fences_since(tables.JOURNAL, version)
+    commit(lake, pa.table({"record": ["ledger"], "t": [5], "plan_version": [0], "run_id": ["r"]}), 5)
+    assert not lake.only_fences_since(tables.JOURNAL, version)

@@ -388,6 +388,18 @@ class Lake:
             return False
         return True
 
+    def only_fences_since(self, name: str, version: int) -> bool:
+        """Whether every commit to table ``name`` after ``version`` is a writer lease's fence
+        (:data:`dkmsks.storage.leases.FENCE_MARK` in its commit info: no rows, no files)."""
+        from dkmsks.storage.leases import FENCE_MARK
+
+        latest = self.version(name)
+        if latest <= version:
+            return True
+        key, value = next(iter(FENCE_MARK.items()))
+        entries = self.table(name).history(latest - version)
+        return all(entry.get(key) == value for entry in entries if int(entry.get("version", -1)) > version)
+
     def version_from(self, name: str, known: int) -> int:
         """The latest version of table ``name``, found from a version ``known`` to exist by
         looking for the commit files after it (:meth:`committed_after`)."""

@@ -5,10 +5,10 @@ kernel frees one when its holder dies, and a stopped holder keeps it. Neither ho
 hosts. On object storage a lock is one small JSON object whose every change is a
 compare-and-swap on its ETag (``If-None-Match: *`` to create, ``If-Match`` to change):
 
-- *take*: create the object, or — when it says ``free``, or when its ETag has not changed for
-  a whole lease (``DKMSKS_LEASE_SECONDS``, default 15 s) as this waiter's own monotonic clock
-  measures it, so a holder that died stopped renewing — replace it with a body of a new,
-  higher *epoch*. No clock is compared across hosts.
+- *take*: create the object (epoch 1), or replace it — when it says ``free`` (given back: the
+  same *epoch*), or when its ETag has not changed for a whole lease (``DKMSKS_LEASE_SECONDS``,
+  default 15 s) as this waiter's own monotonic clock measures it, so its holder stopped
+  renewing (a *takeover*: the next epoch). No clock is compared across hosts.
 - *keep*: a thread renews it every third of the lease (a new body, same epoch, If-Match on
   the last ETag). A renewal that finds the object changed means the lease was lost.
 - *give back*: replace it by a ``free`` body (If-Match), so the next waiter takes it at once.
@@ -16,13 +16,17 @@ compare-and-swap on its ETag (``If-None-Match: *`` to create, ``If-Match`` to ch
 A holder killed with ``kill -9`` therefore frees the lock within one lease. A holder stopped
 (``SIGSTOP``) past its lease and woken again may still believe it holds the lock, so the lock
 alone cannot keep it from writing. The writer lock's epoch is therefore also a *fence*
-checked by the commit itself (:class:`Fence`): taking the writer lock commits the new epoch
-to the journal as a Delta application transaction (``dkmsks-writer-fence``), and every
-journal commit of the holder carries its epoch in the same transaction id, made on a snapshot
-whose fence is its own. A stale holder either sees a newer epoch in that snapshot, or loses
-the commit race to the new holder's fence commit (delta-rs refuses a commit when a concurrent
-one carries the same transaction id): either way its commit fails with :class:`Fenced` and
-nothing of it lands (docs/design.md §8, "Writers on object storage").
+checked by the commit itself (:class:`Fence`): a takeover commits the new epoch to the
+journal as a Delta application transaction (``dkmsks-writer-fence``, an empty commit marked
+:data:`FENCE_MARK`), and every journal commit of a holder carries its epoch in the same
+transaction id, made on a snapshot whose fence is its own. A stale holder either sees a newer
+epoch in that snapshot, or loses the commit race to the new holder's fence commit (delta-rs
+refuses a commit when a concurrent one carries the same transaction id): either way its commit
+fails with :class:`Fenced` and nothing of it lands (docs/design.md §8, "Writers on object
+storage"). A lease given back is taken under the same epoch, with no fence commit: its last
+holder knows it no longer holds it, and a scheduled job that takes the lock and finds nothing
+to do leaves the journal alone (follow mode, which restarts when another job commits the
+journal, would otherwise restart after it).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ LEASE_SECONDS = float(os.environ.get("DKMSKS_LEASE_SECONDS", "15"))
 LANDING_LEASE_SECONDS = float(os.environ.get("DKMSKS_LANDING_LEASE_SECONDS", "10"))
 #: The Delta application transaction id whose version is the writer lock's epoch.
 FENCE_APP = "dkmsks-writer-fence"
+#: The commit info of a fence commit (its only content): how a reader tells it from a round's.
+FENCE_MARK = {"dkmsks": "writer-fence"}
 
 
 class LeaseLost(RuntimeError):
@@ -84,16 +90,11 @@ def set_fence(fence: Fence | None, uri: str) -> None:
             _fences[uri] = fence
 
 
-#: This process, in every body it writes: a lease it gave back and nobody took since is taken
-#: again by it under the same epoch (no new fence: follow mode takes the writer lock per round).
-_PROCESS = uuid.uuid4().hex
-
-
 def _body(who: str, epoch: int, state: str) -> bytes:
     # The nonce makes every body distinct, so every write gets a new ETag (an ETag is a digest
     # of the content: two equal bodies would let a stale If-Match pass).
     return json.dumps({"holder": who, "host": socket.gethostname(), "pid": os.getpid(), "epoch": epoch,
-                       "state": state, "process": _PROCESS, "nonce": uuid.uuid4().hex,
+                       "state": state, "nonce": uuid.uuid4().hex,
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
 
 
@@ -144,15 +145,14 @@ class Lease:
             else:
                 data, etag = got
                 body = _parse(data)
-                epoch = int(body["epoch"]) + 1  # type: ignore[call-overload]
-                if body.get("state") == "free" and body.get("process") == _PROCESS:
-                    # Our own, given back and untouched since: whatever we committed under its
-                    # epoch is still the newest writer's, so the fence stays as it is.
-                    epoch -= 1
+                given_back = body.get("state") == "free"
+                # Given back: its holder knows it holds it no more, so the fence stays; taken
+                # over: its holder may still think it holds it, so the epoch moves on.
+                epoch = int(body["epoch"]) + (0 if given_back else 1)  # type: ignore[call-overload]
                 if seen is None or seen[0] != etag:
                     seen = (etag, started)
                 expired = started - seen[1] >= self.lease_seconds
-                if body.get("state") == "free" or expired:
+                if given_back or expired:
                     new = self.store.replace(self.key, _body(self.who, epoch, "held"), etag)
                     if new is not None:
                         return self._taken(epoch, new, started)

@@ -143,14 +143,14 @@ def _fence_journal(warehouse: Warehouse, epoch: int) -> str:
 
     from dkmsks.storage import tables
     from dkmsks.storage.lake import Lake, MissingTable
-    from dkmsks.storage.leases import FENCE_APP, Fence, set_fence
+    from dkmsks.storage.leases import FENCE_APP, FENCE_MARK, Fence, set_fence
 
     lake = Lake.of(warehouse)
     uri = lake.uris[tables.JOURNAL]
     set_fence(Fence(uri, epoch), uri)
     # No journal yet: the partition job makes it, and its first commit carries the fence.
     with contextlib.suppress(MissingTable):
-        lake.append(tables.JOURNAL, pa.table({}), app_id=FENCE_APP, version=epoch)
+        lake.append(tables.JOURNAL, pa.table({}), app_id=FENCE_APP, version=epoch, metadata=FENCE_MARK)
     return uri
 
 

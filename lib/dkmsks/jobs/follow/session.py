@@ -234,7 +234,12 @@ class FollowSession:
         phases: dict[str, float] = {}
         started = time.perf_counter()
         self._check()
-        if (lake.version(tables.JOURNAL), lake.version(tables.STATE)) != (self.journal_version, self.state_version):
+        journal = lake.version(tables.JOURNAL)
+        if journal != self.journal_version and lake.only_fences_since(tables.JOURNAL, self.journal_version):
+            # A takeover of the writer lease committed its fence and nothing else
+            # (dkmsks.storage.leases): no other job's round, nothing to restart for.
+            self.journal_version = journal
+        if (journal, lake.version(tables.STATE)) != (self.journal_version, self.state_version):
             raise StateChanged("another job committed the journal or knn_state (a catch-up run or a repartition); "
                                "restarting follow mode from Delta")
         taken = take_pending(self.warehouse, lake, self.vocab, after=self.last, until=until,
