@@ -1,11 +1,13 @@
 # One image for every dkmsks service of docker-compose.yml: the Airflow components, the Spark
-# standalone master and workers (started from the pyspark package) and follow mode.
+# standalone master and workers (started from the pyspark package) and follow mode. (The object
+# store is an image of its own, docker/objectstore/.)
 #
 # FROM dkmsks-base:bookworm, made from Debian's packages by docker/build-base.sh (no image
 # registry is needed; python:3.11-slim and friends are never pulled). The layout mirrors a
 # checkout after scripts/bootstrap.sh: the venv in /opt/dkmsks/.venv, Delta's jars in
-# /opt/dkmsks/.cache/jars, the project installed editable, so the DAGs' and the Spark session's
-# defaults (DKMSKS_HOME/.venv, DKMSKS_HOME/.cache/jars) hold inside the container unchanged.
+# /opt/dkmsks/.cache/jars, the S3A jars and the project's LogStore in /opt/dkmsks/.cache/jars-s3,
+# the project installed editable, so the DAGs' and the Spark session's defaults
+# (DKMSKS_HOME/.venv, DKMSKS_HOME/.cache/jars, .cache/jars-s3) hold inside the container unchanged.
 ARG BASE_IMAGE=dkmsks-base:bookworm
 
 # The stages that download (Maven Central, PyPI) trust the extra CA certificates in
@@ -27,6 +29,17 @@ COPY build/delta-jars.pom.xml /build/delta-jars.pom.xml
 RUN mvn -B -q -f /build/delta-jars.pom.xml dependency:copy-dependencies \
       -DincludeGroupIds=io.delta -DoutputDirectory=/jars
 
+# For a warehouse on S3 (dkmsks.spark.s3): Hadoop's S3A connector, the AWS SDK modules it calls
+# and the LogStore that commits by create-if-absent, made by the same script as
+# scripts/bootstrap.sh's .cache/jars-s3; the LogStore is compiled, hence the JDK (this stage only).
+FROM delta-jars AS s3-jars
+RUN apt-get update \
+ && apt-get install -y openjdk-17-jdk-headless \
+ && rm -rf /var/lib/apt/lists/*
+COPY build/s3-jars.sh build/s3-jars.pom.xml /build/
+COPY build/logstore/ /build/logstore/
+RUN /build/s3-jars.sh /jars-s3
+
 # The venv with requirements.lock, at the path it keeps in the runtime image. Debian's Python is
 # "externally managed" (PEP 668), hence a venv. playwright drives the browser test only.
 FROM fetch AS venv
@@ -44,20 +57,27 @@ RUN /opt/dkmsks/.venv/bin/pip install --no-cache-dir --disable-pip-version-check
 FROM ${BASE_IMAGE}
 ENV DKMSKS_HOME=/opt/dkmsks \
     DKMSKS_JARS_DIR=/opt/dkmsks/.cache/jars \
+    DKMSKS_S3_JARS_DIR=/opt/dkmsks/.cache/jars-s3 \
+    DKMSKS_LOCAL_DIR=/var/lib/dkmsks/local \
     VIRTUAL_ENV=/opt/dkmsks/.venv \
     PATH=/opt/dkmsks/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYSPARK_PYTHON=/opt/dkmsks/.venv/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/dkmsks/.venv/bin/python
 
 # The services run as an unprivileged user. Named volumes mounted on the folders created here
-# start with their owner, so the warehouse, Airflow's home and Spark's scratch are writable.
+# start with their owner, so Airflow's home and Spark's scratch are writable. The warehouse is
+# on the object store; each container's own process files for it (status, spool, caches:
+# dkmsks.warehouse.local_home) go to DKMSKS_LOCAL_DIR, and the store's credentials are mounted
+# read-only at /etc/dkmsks/objectstore (docker-compose.yml).
 RUN groupadd --gid 50000 dkmsks \
  && useradd --uid 50000 --gid 50000 --create-home --home-dir /home/dkmsks --shell /bin/bash dkmsks \
- && install -d -o dkmsks -g dkmsks /data/warehouse /opt/airflow /var/lib/dkmsks/spark-work
+ && install -d -o dkmsks -g dkmsks /opt/airflow /var/lib/dkmsks/spark-work /var/lib/dkmsks/local \
+ && install -d -o dkmsks -g dkmsks -m 700 /etc/dkmsks/objectstore
 
 WORKDIR /opt/dkmsks
 COPY --from=venv /opt/dkmsks/.venv/ .venv/
 COPY --from=delta-jars /jars/ .cache/jars/
+COPY --from=s3-jars /jars-s3/ .cache/jars-s3/
 COPY pyproject.toml README.md ./
 COPY lib/ lib/
 COPY sql/ sql/

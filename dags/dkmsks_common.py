@@ -30,6 +30,11 @@ from airflow.sdk import Asset, Param, RetryDecision, RetryPolicy
 REPO = Path(os.environ.get("DKMSKS_HOME", Path(__file__).resolve().parents[1]))
 SPARK_APPS = REPO / "spark_apps"
 JARS_DIR = Path(os.environ.get("DKMSKS_JARS_DIR", REPO / ".cache" / "jars"))
+#: The S3A connector, the AWS SDK modules it calls and the project's LogStore (scripts/bootstrap.sh;
+#: ``dkmsks.spark.s3.s3_jars``), for runs on a warehouse on object storage.
+S3_JARS_DIR = Path(os.environ.get("DKMSKS_S3_JARS_DIR", REPO / ".cache" / "jars-s3"))
+#: URI schemes of a warehouse on object storage (``dkmsks.warehouse.OBJECT_STORE_SCHEMES``).
+OBJECT_STORE_SCHEMES = ("s3", "s3a")
 WAREHOUSE = os.environ.get("DKMSKS_WAREHOUSE", str(REPO / ".cache" / "warehouse"))
 SPARK_CONN_ID = "dkmsks_spark"
 #: One slot: writers of the project's Delta tables never run at the same time.
@@ -93,10 +98,24 @@ def run_warehouse(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, p
     return named[0] if named else str(params["warehouse"])
 
 
+def run_jars(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, params: Mapping[str, Any]) -> str:
+    """spark-submit's ``--jars`` for a run: Delta's, and for a warehouse on object storage
+    (:func:`run_warehouse` is ``s3://...``) the S3 jars too. They must be on the driver's
+    classpath when its JVM starts, which is before the job's session settings (``spark.jars``
+    of ``dkmsks.spark.session.session_conf``) apply; a local warehouse's jobs do without them."""
+    jars = [delta_jars()]
+    scheme = run_warehouse(triggering_asset_events, params).partition("://")[0].lower()
+    if scheme in OBJECT_STORE_SCHEMES:
+        jars.append(",".join(sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))))
+    return ",".join(j for j in jars if j)
+
+
 #: Template helpers of every dkmsks DAG (``user_defined_macros``).
-MACROS = {"run_warehouse": run_warehouse}
+MACROS = {"run_warehouse": run_warehouse, "run_jars": run_jars}
 #: The ``--warehouse`` value of every job: the run's warehouse (:func:`run_warehouse`).
 WAREHOUSE_ARG = "{{ run_warehouse(triggering_asset_events, params) }}"
+#: The ``--jars`` of every job (:func:`run_jars`).
+JARS_ARG = "{{ run_jars(triggering_asset_events, params) }}"
 
 
 def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
@@ -108,8 +127,9 @@ def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
 
 
 def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
-    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars,
-    environment, connection and driver settings (:func:`driver_conf`).
+    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars (those
+    the run's warehouse needs, :func:`run_jars`), environment, connection and driver settings
+    (:func:`driver_conf`).
 
     The job gets ``--warehouse`` (the run's warehouse, :data:`WAREHOUSE_ARG`) before ``args``
     and ``--run-id {{ run_id }}`` after them, so every write of the job carries the Airflow run
@@ -123,7 +143,7 @@ def spark_job(task_id: str, application: str, args: list[str], outlets: list[Ass
         task_id=task_id,
         application=str(SPARK_APPS / application),
         conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
+        jars=JARS_ARG,
         conf=driver_conf(),
         env_vars=spark_env(),
         name=f"dkmsks-{task_id}",
@@ -177,7 +197,8 @@ BOUNDS_PATTERN = rf"^(|none|wgs84|{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER})$"
 #: of their events, :func:`run_warehouse`) and the driver's heap.
 JOB_PARAMS = {
     "warehouse": Param(WAREHOUSE, type="string", minLength=1,
-                       description="Delta warehouse folder (runs triggered by an asset use the asset event's)"),
+                       description="Delta warehouse: a folder or s3://bucket/prefix (runs triggered by an "
+                                   "asset use the asset event's)"),
     "driver_memory": Param(os.environ.get("DKMSKS_DRIVER_MEMORY", "4g"), type="string",
                            pattern="^[1-9][0-9]*[kmgtKMGT]$",
                            description="heap of the Spark driver (spark.driver.memory), e.g. 4g; |S| = 10M needs 10g"),

@@ -4,13 +4,16 @@
 #   dkmsks-debian:bookworm    debootstrap --variant=minbase, imported with `docker import`
 #   dkmsks-base:bookworm      + python3.11 (venv, pip), openjdk-17-jre-headless, procps, ...  (docker/base/Dockerfile)
 #   dkmsks-postgres:15        + postgresql-15 and an entrypoint that initialises the cluster   (docker/postgres/)
+#   dkmsks-objectstore:VER    + curl, tini and the Versity S3 Gateway at the version scripts/objectstore.sh
+#                             pins, a static binary built on this host with Go (docker/objectstore/)
 #
 #   docker/build-base.sh            # builds the images that do not exist yet; a no-op afterwards
 #   docker rmi dkmsks-base:bookworm && docker/build-base.sh    # rebuild one of them
 #
 # Needs root (debootstrap), a running Docker daemon and a reachable Debian mirror:
 # DKMSKS_DEBIAN_MIRROR (default http://deb.debian.org/debian) and DKMSKS_DEBIAN_SECURITY
-# (default http://deb.debian.org/debian-security). The project's own image (Dockerfile) is
+# (default http://deb.debian.org/debian-security); for the object store's image, Go and its module
+# proxy (`scripts/objectstore.sh install`, ~3 min once). The project's own image (Dockerfile) is
 # built FROM dkmsks-base:bookworm by `docker-compose build`.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -79,4 +82,29 @@ build() {  # build IMAGE FOLDER: docker build unless the image exists
 
 build dkmsks-base:$suite base
 build dkmsks-postgres:15 postgres
-docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^dkmsks-(debian|base|postgres):' || true
+
+# The object store: its context is docker/objectstore/ plus the gateway's binary, in a folder of
+# its own (the binary is never written into the checkout).
+versitygw_version=$(sed -n 's/^VERSITYGW_VERSION=//p' ../scripts/objectstore.sh)
+objectstore_image=dkmsks-objectstore:$versitygw_version
+if exists "$objectstore_image"; then
+  echo "build-base: $objectstore_image exists"
+else
+  bin=$(../scripts/objectstore.sh install | tail -n 1)
+  if ldd "$bin" > /dev/null 2>&1; then  # built before the script made static binaries
+    echo "build-base: $bin is linked dynamically; building a static one"
+    rm -f "$bin"
+    bin=$(../scripts/objectstore.sh install | tail -n 1)
+  fi
+  context=$(mktemp -d)
+  trap 'rm -rf "$context"' EXIT
+  cp objectstore/Dockerfile objectstore/entrypoint.sh objectstore/.dockerignore "$context/"
+  cp "$bin" "$context/versitygw"
+  echo "build-base: building $objectstore_image from docker/objectstore"
+  started=$SECONDS
+  docker build --build-arg "DEBIAN_IMAGE=$debian_image" -t "$objectstore_image" "$context"
+  echo "build-base: $objectstore_image built in $((SECONDS - started)) s"
+  rm -rf "$context"
+  trap - EXIT
+fi
+docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^dkmsks-(debian|base|postgres|objectstore):' || true

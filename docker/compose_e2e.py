@@ -9,10 +9,17 @@
    the Spark cluster until the ledger reaches ``--first``.
 3. The ``follow`` service (stopped during step 2, so the DAG runs do that part): start it, land
    the remaining timestamps one by one with ``dkm publish``, wait until it has processed them,
-   then stop it and check that SIGTERM ended it with exit status 0.
-4. ``dkm export`` in a one-off container against the warehouse volume, at ``--first`` (Delta
-   time travel) and at the last timestamp, each compared with ``dkm oracle`` on the host
-   (``cmp`` of the sorted JSON lines).
+   read ``knn_results`` with ``dkm spark-sql`` while it runs, then stop it and check that
+   SIGTERM ended it with exit status 0.
+4. ``dkm export`` at ``--first`` (Delta time travel) and at the last timestamp, each compared
+   with ``dkm oracle`` on the host (``cmp`` of the sorted JSON lines).
+5. The warehouse is on the object store only: no container mounts a warehouse or the store's
+   data volume but the gateway (``docker inspect``), the gateway's volume holds the tables, the
+   credentials file is mode 600, and its secret is in no container's environment and no log.
+
+Every ``dkm`` command in the stack (publish, the ledger's reads, spark-sql, export) runs in a
+one-off container of the ``client`` service, which reaches the warehouse as the services do:
+over the compose network, with the store's credentials file mounted read-only.
 
 Before step 2, the project's image under ``docker run --cpus 1`` and ``--cpuset-cpus 0``: follow
 mode's default number of worker tasks counts the container's one core (dkmsks.cores).
@@ -40,6 +47,11 @@ REPO = Path(__file__).resolve().parents[1]
 API = f"http://127.0.0.1:{os.environ.get('DKMSKS_AIRFLOW_PORT', '8080')}"  # as docker-compose.yml publishes it
 PASSWORDS = "/opt/airflow/simple_auth_manager_passwords.json.generated"
 IMAGE = "dkmsks:0.1.0"  # every dkmsks service's image (docker-compose.yml)
+#: The warehouse of every service (docker-compose.yml: DKMSKS_WAREHOUSE).
+WAREHOUSE = f"s3://{os.environ.get('DKMSKS_BUCKET', 'dkmsks')}/warehouse"
+#: Where the gateway keeps its objects (docker/objectstore: a bucket is a folder) and the credentials.
+STORE_DATA = "/var/lib/versitygw/data"
+CREDENTIALS = "/etc/dkmsks/objectstore/credentials"
 STARTED = time.monotonic()
 
 
@@ -57,9 +69,9 @@ def compose(*args: str, capture: bool = True, check: bool = True, timeout: float
 
 
 def in_container(command: str, timeout: float = 900) -> str:
-    """A one-off container of the follow service's image and volumes (no network, no Airflow
-    secrets), removed afterwards."""
-    return compose("run", "--rm", "--no-deps", "-T", "follow", "bash", "-c", command, timeout=timeout)
+    """A one-off container of the ``client`` service (the store's address and credentials, the
+    input folder; no Airflow secret), removed afterwards."""
+    return compose("run", "--rm", "--no-deps", "-T", "client", "bash", "-c", command, timeout=timeout)
 
 
 def cut(source: Path, target: Path, last_t: int) -> None:
@@ -137,14 +149,16 @@ def seconds(run: dict) -> float:
     return (end - start).total_seconds()
 
 
-LEDGER = ("import json; from deltalake import DeltaTable; "
-          "t = DeltaTable('/data/warehouse/tables/journal').to_pyarrow_table("
+LEDGER = ("import json; from deltalake import DeltaTable; from dkmsks.warehouse import Warehouse; "
+          "from dkmsks.storage.lake import storage_options; uri = Warehouse.at().table_uri('journal'); "
+          "t = DeltaTable(uri, storage_options=storage_options(uri)).to_pyarrow_table("
           "columns=['t', 'run_id'], filters=[('record', '=', 'ledger')]); "
           "print(json.dumps(sorted(zip(t['t'].to_pylist(), t['run_id'].to_pylist()))))")
 
 
 def ledger() -> list[tuple[int, str]]:
-    """(t, run id) of every processed timestamp, from the journal's Delta log (delta-rs)."""
+    """(t, run id) of every processed timestamp, from the journal's Delta log on the object
+    store (delta-rs)."""
     out = in_container(f'python -c "{LEDGER}" 2>/dev/null || echo "[]"')
     return [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
 
@@ -173,6 +187,80 @@ def stack_memory() -> str:
         used[name.split("_")[-2] if "_" in name else name] = float(number) * units[value[len(number):]]
     parts = ", ".join(f"{n} {b / 2**20:.0f} MiB" for n, b in sorted(used.items(), key=lambda kv: -kv[1]))
     return f"{sum(used.values()) / 2**30:.2f} GiB in all ({parts})"
+
+
+#: What a container may mount (its service, the target) besides nothing: Airflow's home, the
+#: read-only input and data folders, the store's credentials read-only, and each stateful
+#: service its own volume. A warehouse folder is not among them.
+ALLOWED_MOUNTS = {"/opt/airflow", "/data/input", "/data/shared", "/etc/dkmsks/objectstore"}
+OWN_VOLUMES = {"objectstore": {"/var/lib/versitygw", "/etc/dkmsks/objectstore"},
+               "postgres": {"/var/lib/postgresql/data"}}
+READ_ONLY = {"/data/input", "/data/shared", "/etc/dkmsks/objectstore"}
+
+
+def containers() -> dict[str, str]:
+    """Container id -> service of every container of the stack, running or exited (the one-shot
+    inits, follow once stopped)."""
+    ids = compose("ps", "-q").split()
+    out = subprocess.run(["docker", "inspect", "-f", '{{.Id}} {{index .Config.Labels "com.docker.compose.service"}}',
+                          *ids], capture_output=True, text=True, check=True, timeout=120).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def no_warehouse_mounts() -> str:
+    """No container mounts a warehouse (``docker inspect``): the store's data volume is the
+    gateway's alone, and the others mount only what :data:`ALLOWED_MOUNTS` names."""
+    seen = {}
+    for cid, service in containers().items():
+        mounts = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .Mounts}}", cid], capture_output=True,
+                                           text=True, check=True, timeout=60).stdout)
+        for m in mounts:
+            target, writable = m["Destination"], m["RW"]
+            if target in OWN_VOLUMES.get(service, ()):
+                continue
+            if target not in ALLOWED_MOUNTS or (target in READ_ONLY and writable):
+                raise SystemExit(f"{service} mounts {m.get('Name') or m.get('Source')} at {target} "
+                                 f"({'read-write' if writable else 'read-only'}): not the object store's way")
+            if (m.get("Name") or "").endswith("_objectstore-data"):
+                raise SystemExit(f"{service} mounts the object store's data volume")
+        seen[service] = sorted(m["Destination"] for m in mounts)
+    assert "objectstore" in seen and "follow" in seen and "spark-worker-1" in seen, seen
+    return (f"no container mounts a warehouse ({len(seen)} containers inspected): the store's data volume is the "
+            "gateway's alone; Spark's workers mount " + ", ".join(seen["spark-worker-1"])
+            + "; follow " + ", ".join(seen["follow"]))
+
+
+def tables_in_the_store() -> str:
+    """The gateway's volume holds the warehouse's tables (a bucket is a folder, an object a file)."""
+    root = f"{STORE_DATA}/{WAREHOUSE.removeprefix('s3://')}"
+    tables = set(compose("exec", "-T", "objectstore", "ls", f"{root}/tables").split())
+    expected = {"objects", "subscription_events", "partition_plans", "knn_state", "journal"}
+    assert expected <= tables, f"the object store's volume lacks tables: {sorted(expected - tables)} ({sorted(tables)})"
+    commits = compose("exec", "-T", "objectstore", "bash", "-c",
+                      f"ls {root}/tables/journal/_delta_log | grep -c '[.]json$'").strip()
+    size = compose("exec", "-T", "objectstore", "du", "-sh", root).split()[0]
+    return (f"the object store's volume holds the warehouse: {len(tables)} tables ({', '.join(sorted(tables))}), "
+            f"{size}; the journal's log {commits} commits")
+
+
+def credentials_kept() -> str:
+    """The store's credentials file is the gateway's, mode 600, and its secret is in no
+    container's environment and no service's log (the secret is read here, never printed)."""
+    mode = compose("exec", "-T", "objectstore", "stat", "-c", "%a %U", CREDENTIALS).strip()
+    assert mode == "600 dkmsks", f"{CREDENTIALS}: mode and owner {mode}"
+    secret = compose("exec", "-T", "objectstore", "sed", "-n", "s/^aws_secret_access_key *= *//p",
+                     CREDENTIALS).strip()
+    assert len(secret) >= 32, "no secret in the credentials file"
+    for cid, service in containers().items():
+        env = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Env}}", cid], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+        if secret in env:
+            raise SystemExit(f"the object store's secret is in the environment of {service}")
+    if secret in compose("logs", "--no-color"):
+        raise SystemExit("the object store's secret is in a service's log")
+    permissions, owner = mode.split()
+    return (f"the store's credentials: {CREDENTIALS} (mode {permissions}, owner {owner}), the secret in no "
+            "environment and no log")
 
 
 def compare(export: Path, oracle: Path) -> None:
@@ -235,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     status, run = airflow.call("POST", "/api/v2/dags/dkmsks_ingest/dagRuns", {"logical_date": None, "conf": {
         "objects": f"{in_box}/objects-upto{args.first}.tsv.gz", "events": f"{in_box}/events-upto{args.first}.tsv.gz",
-        "warehouse": "/data/warehouse"}})
+        "warehouse": WAREHOUSE}})
     assert status == 200, f"trigger dkmsks_ingest: HTTP {status}"
     t = time.monotonic()
     ingest = airflow.wait_run("dkmsks_ingest", after=now, run_id=run["dag_run_id"], timeout=args.timeout)
@@ -262,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     for ts in range(args.first + 1, args.timestamps + 1):
         t = time.monotonic()
         in_container(f"dkm publish --objects {in_box}/objects.tsv.gz --events {in_box}/events.tsv.gz "
-                     "--warehouse /data/warehouse --timestamps 1 2>/dev/null")
+                     f"--warehouse {WAREHOUSE} --timestamps 1 2>/dev/null")
         published = time.monotonic() - t
         rows = wait_ledger(ts, args.timeout)
         say(f"published t={ts} ({published:.1f} s); processed by "
@@ -286,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     oracle = oracle_at(args.timestamps)
     expected = {(r["sub_id"], rank, oid) for r in map(json.loads, oracle.read_text().splitlines())
                 for rank, oid in enumerate(r["object_ids"], start=1)}
-    out = in_container("dkm spark-sql --warehouse /data/warehouse -e "
+    out = in_container(f"dkm spark-sql --warehouse {WAREHOUSE} -e "
                        "'SELECT sub_id, rank, object_id FROM knn_results' 2>/dev/null")
     got = {tuple(int(v) for v in line.split("\t")) for line in out.splitlines() if line.strip()}
     assert got == expected, f"knn_results differs from the oracle at t={args.timestamps}: " \
@@ -306,11 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     for as_of in (args.first, args.timestamps):
         t = time.monotonic()
         export = args.out / f"export-t{as_of}.jsonl"
-        export.write_text(in_container(f"dkm export --warehouse /data/warehouse --as-of {as_of} "
+        export.write_text(in_container(f"dkm export --warehouse {WAREHOUSE} --as-of {as_of} "
                                        "--out /tmp/export.jsonl >&2 && cat /tmp/export.jsonl"))
         compare(export, oracle_at(as_of))
         say(f"export at t={as_of} equals the oracle: {len(export.read_text().splitlines())} subscriptions "
             f"({time.monotonic() - t:.0f} s)")
+    say(no_warehouse_mounts())
+    say(tables_in_the_store())
+    say(credentials_kept())
     say("all checks passed")
     return 0
 

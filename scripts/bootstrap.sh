@@ -42,18 +42,13 @@ fi
 # (build/s3-jars.pom.xml; only the groups pyspark does not ship), and the LogStore that commits
 # by create-if-absent (build/logstore). Redone when either pom or the LogStore's source changes.
 s3jars=.cache/jars-s3
-s3stamp="$s3jars/.complete-$(cat build/s3-jars.pom.xml build/logstore/pom.xml \
+s3stamp="$s3jars/.complete-$(cat build/s3-jars.sh build/s3-jars.pom.xml build/logstore/pom.xml \
   $(find build/logstore/src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)"
 if [ ! -f "$s3stamp" ]; then
   if command -v mvn >/dev/null 2>&1; then
     echo "bootstrap: fetching the S3A jars and building the S3 LogStore into $s3jars"
     rm -rf "$s3jars"
-    mkdir -p "$s3jars"
-    mvn -B -q -f build/s3-jars.pom.xml dependency:copy-dependencies \
-      -DincludeGroupIds=org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,org.reactivestreams,software.amazon.s3.analyticsaccelerator \
-      -DoutputDirectory="$PWD/$s3jars"
-    mvn -B -q -f build/logstore/pom.xml package
-    cp build/logstore/target/dkmsks-logstore-1.jar "$s3jars/"
+    build/s3-jars.sh "$s3jars"
     touch "$s3stamp"
   else
     echo "bootstrap: mvn not found; a warehouse on S3 needs the S3A jars and LogStore (install Maven, re-run)"

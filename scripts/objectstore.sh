@@ -6,6 +6,8 @@
 #   scripts/objectstore.sh status
 #   scripts/objectstore.sh stop     # by PID
 #   scripts/objectstore.sh env      # the path of the client settings (below)
+#   scripts/objectstore.sh install  # only the binary (.cache/bin; docker/build-base.sh copies it
+#                                   # into the compose stack's object-store image)
 #
 # Settings (environment): DKMSKS_OBJECTSTORE_DIR (default .cache/objectstore: data, PID, log,
 # credentials), DKMSKS_OBJECTSTORE_PORT (7070), DKMSKS_BUCKET (dkmsks).
@@ -35,14 +37,15 @@ EMPTY_SHA256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
 running() { [ -f "$PIDFILE" ] && alive "$(cat "$PIDFILE")"; }
 
+# A static binary (no cgo): the same file runs on this host and in any Linux container.
 install() {
   [ -x "$BIN" ] && return 0
   command -v go >/dev/null 2>&1 || { echo "objectstore: Go is needed to build the Versity S3 Gateway (go not found)" >&2; exit 2; }
   echo "objectstore: building versitygw $VERSITYGW_VERSION from the Go module proxy (once, ~3 min)"
-  mkdir -p "$REPO/.cache/bin"
+  mkdir -p "$REPO/.cache/bin" "$DIR"
   local gobin
   gobin=$(mktemp -d)
-  if ! GOBIN=$gobin go install "$VERSITYGW_MODULE@$VERSITYGW_VERSION" > "$DIR/build.log" 2>&1; then
+  if ! CGO_ENABLED=0 GOBIN=$gobin go install -trimpath "$VERSITYGW_MODULE@$VERSITYGW_VERSION" > "$DIR/build.log" 2>&1; then
     echo "objectstore: go install failed (see $DIR/build.log)" >&2
     rm -rf "$gobin"
     exit 2
@@ -138,8 +141,12 @@ case "$action" in
   env)
     echo "$ENVFILE"
     ;;
+  install)
+    install
+    echo "$BIN"
+    ;;
   *)
-    echo "usage: scripts/objectstore.sh start|status|stop|env" >&2
+    echo "usage: scripts/objectstore.sh start|status|stop|env|install" >&2
     exit 2
     ;;
 esac

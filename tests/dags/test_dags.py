@@ -369,6 +369,9 @@ def test_constants_shared_with_the_library_agree(common):
     from dkmsks.io.rejections import EXIT_INPUT_UNUSABLE
 
     assert common.EXIT_INPUT_UNUSABLE == EXIT_INPUT_UNUSABLE == 2
+    from dkmsks.warehouse import OBJECT_STORE_SCHEMES
+
+    assert common.OBJECT_STORE_SCHEMES == OBJECT_STORE_SCHEMES
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED))
@@ -499,6 +502,31 @@ def test_every_job_works_on_the_runs_warehouse_and_records_it_in_its_events(dagb
 
 
 # --- driver settings reach spark-submit (the driver's JVM is up before the job's session settings apply)
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_spark_submit_gets_the_s3_jars_for_a_warehouse_on_object_storage(dagbag, common, dag_id, tmp_path,
+                                                                          monkeypatch):
+    """The S3A connector and the LogStore are on the driver's classpath from its start when the
+    run's warehouse is on object storage (the session's own spark.jars come too late under
+    spark-submit), and only then."""
+    delta, s3 = tmp_path / "jars", tmp_path / "jars-s3"
+    for folder, names in ((delta, ["delta-spark.jar"]), (s3, ["hadoop-aws.jar", "dkmsks-logstore-1.jar"])):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_bytes(b"")
+    monkeypatch.setattr(common, "JARS_DIR", delta)
+    monkeypatch.setattr(common, "S3_JARS_DIR", s3)
+    dag = dagbag.dags[dag_id]
+    job = next(t for t in dag.tasks if t.task_type == "SparkSubmitOperator")
+    params = {"objects": "o.tsv", "events": "e.tsv"} if dag_id == "dkmsks_ingest" else {}
+    local = _rendered(dag, job.task_id, {}, warehouse="/param", **params)
+    assert local.jars == str(delta / "delta-spark.jar")
+    on_s3 = _rendered(dag, job.task_id, {}, warehouse="s3://bucket/wh", **params)
+    assert on_s3.jars.split(",") == [str(delta / "delta-spark.jar"), str(s3 / "dkmsks-logstore-1.jar"),
+                                     str(s3 / "hadoop-aws.jar")]
+    triggered = _rendered(dag, job.task_id, _events("S3A://bucket/wh"), warehouse="/param", **params)
+    assert triggered.jars == on_s3.jars  # the run's warehouse: its triggering events'
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED))

@@ -5,8 +5,9 @@ whichever exists; no container engine is needed and no image is built. Without a
 the tests are skipped, naming what is missing, except under ``CI=true``, where they fail: CI
 must install one (Debian: ``apt-get install docker-compose``) rather than pass by skipping.
 
-Starting the stack for real (images, Airflow, Spark, follow, results equal to the oracle) is
-``scripts/compose_smoke.sh``; docs/deployment.md records a run.
+Starting the stack for real (images, the object store, Airflow, Spark, follow, results equal to
+the oracle) is ``scripts/compose_smoke.sh`` (tests/e2e/test_compose_stack.py); docs/deployment.md
+records a run.
 """
 
 from __future__ import annotations
@@ -72,15 +73,25 @@ def seconds(duration: str | float) -> float:
     return total + (float(number) if number else 0.0)
 
 
+#: Services that run once and exit: the inits, and the client of one-off commands.
+ONE_SHOT = {"airflow-init", "objectstore-init", "client"}
+#: Services that read or write the warehouse's tables (docker-compose.yml's header).
+WAREHOUSE_USERS = ("airflow-scheduler", "spark-worker-1", "spark-worker-2", "follow", "client")
+CREDENTIALS = "/etc/dkmsks/objectstore"
+
+
 def test_compose_config_is_valid_and_complete(compose):
     assert set(compose["services"]) == {
-        "postgres", "airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-        "airflow-triggerer", "spark-master", "spark-worker-1", "spark-worker-2", "follow"}
+        "postgres", "objectstore", "objectstore-init", "airflow-init", "airflow-api-server", "airflow-scheduler",
+        "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker-1", "spark-worker-2", "follow",
+        "client"}
+    # the client is for `docker-compose run` only: `up` never starts it
+    assert compose["services"]["client"]["profiles"] == ["client"]
 
 
 def test_every_long_running_service_has_a_healthcheck_and_restarts(compose):
     for name, service in compose["services"].items():
-        if name == "airflow-init":  # a one-shot job
+        if name in ONE_SHOT:
             assert service["restart"] == "no"
             continue
         assert service["restart"] == "unless-stopped", name
@@ -145,32 +156,74 @@ def test_airflow_services_match_the_dags(compose):
         assert command[command.index("--host") + 1] == services[name]["hostname"] == name
 
 
-def test_spark_containers_see_the_same_data(compose):
-    """Drivers (the scheduler, follow) and executors (the workers) read the input files and
-    the one Delta warehouse at the same paths; the shared data sets are read-only."""
+def test_the_warehouse_is_on_the_object_store_and_no_volume_shares_it(compose):
+    """Every service that reads or writes tables names the same warehouse on the stack's object
+    store and reaches it over the network; no service mounts a warehouse, and the store's data
+    volume is the gateway's alone. Drivers (the scheduler) and executors (the workers) read the
+    ingest DAG's input files at the same paths, read-only."""
     services = compose["services"]
-    names = ("airflow-scheduler", "spark-master", "spark-worker-1", "spark-worker-2", "follow")
-    for target in ("/data/warehouse", "/data/shared", "/data/input"):
-        sources = {mounts(services[n])[target][0] for n in names}
-        assert len(sources) == 1, (target, sources)
+    assert "warehouse" not in compose.get("volumes", {})
+    assert {"objectstore-data", "objectstore-credentials"} <= set(compose["volumes"])
     for name, service in services.items():
-        for target in ("/data/shared", "/data/input"):
-            if target in mounts(service):
-                assert mounts(service)[target][1], (name, target)  # mounted read-only
+        targets = mounts(service)
+        assert "/data/warehouse" not in targets, name
+        for target, (source, read_only) in targets.items():
+            if source == "objectstore-data":
+                assert name == "objectstore", name
+            if source == "objectstore-credentials" and name != "objectstore":
+                assert read_only and target == CREDENTIALS, name
+            if target in ("/data/shared", "/data/input"):
+                assert read_only, (name, target)
+    for name in WAREHOUSE_USERS:
+        env = services[name]["environment"]
+        assert env["DKMSKS_WAREHOUSE"] == "s3://dkmsks/warehouse", name
+        assert env["AWS_ENDPOINT_URL"] == "http://objectstore:7070", name
+        assert env["AWS_SHARED_CREDENTIALS_FILE"] == f"{CREDENTIALS}/credentials" and env["AWS_PROFILE"], name
+        assert mounts(services[name])[CREDENTIALS] == ("objectstore-credentials", True), name
+        assert services[name]["depends_on"]["objectstore-init"]["condition"] == "service_completed_successfully"
+        assert services[name].get("network_mode") is None, name  # on the compose network, to reach the store
+    # Only what touches tables gets the store's credentials: not the master (it schedules
+    # executors), PostgreSQL, or the Airflow components that run no task.
+    for name in ("spark-master", "postgres", "airflow-api-server", "airflow-dag-processor", "airflow-triggerer",
+                 "airflow-init"):
+        assert CREDENTIALS not in mounts(services[name]), name
+    # The DAGs' warehouse Param defaults to the store's (the dag-processor parses the DAG files).
+    assert services["airflow-dag-processor"]["environment"]["DKMSKS_WAREHOUSE"] == "s3://dkmsks/warehouse"
+    sources = {mounts(services[n])["/data/input"][0] for n in ("airflow-scheduler", "spark-worker-1", "spark-worker-2")}
+    assert len(sources) == 1, sources
+
+
+def test_the_object_store_service(compose):
+    """The gateway on the compose network only, its data and credentials in volumes of its own,
+    a one-shot init for the bucket; no key or secret written in the compose file."""
+    services = compose["services"]
+    store, init = services["objectstore"], services["objectstore-init"]
+    assert store["image"] == init["image"] and store["image"].startswith("dkmsks-objectstore:")
+    assert not store.get("ports")  # no published port: the stack's containers only
+    assert mounts(store)["/var/lib/versitygw"] == ("objectstore-data", False)
+    assert mounts(store)[CREDENTIALS] == ("objectstore-credentials", False)  # it makes them once
+    assert store["healthcheck"]["test"][-1] == "check"
+    assert init["command"] == ["init"] and init["depends_on"]["objectstore"]["condition"] == "service_healthy"
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "ROOT_ACCESS_KEY_ID", "ROOT_SECRET_ACCESS_KEY"):
+            assert key not in env, (name, key)
 
 
 def test_follow_service(compose):
     follow = compose["services"]["follow"]
     command = follow["command"]
     assert command[:2] == ["dkm", "follow"]
-    assert command[command.index("--warehouse") + 1] == "/data/warehouse"
+    assert command[command.index("--warehouse") + 1] == "s3://dkmsks/warehouse"
     # local[--slots] in its own container: m + 1 long-running tasks never occupy the cluster
-    assert "--master" not in command and follow["network_mode"] == "none"
+    assert "--master" not in command
     assert follow["restart"] == "unless-stopped"
     # SIGTERM ends the round in flight before the exit; the grace period leaves time for it
     assert seconds(follow["stop_grace_period"]) >= 60
     assert follow.get("stop_signal", "SIGTERM") == "SIGTERM"
-    assert mounts(follow)["/data/warehouse"][0] == "warehouse"
+    assert set(mounts(follow)) == {CREDENTIALS}  # the warehouse is reached over the network only
+    # its status file (the healthcheck's) is in the container's local home (Dockerfile: DKMSKS_LOCAL_DIR)
+    assert "/var/lib/dkmsks/local/run/follow-default.status.json" in follow["healthcheck"]["test"][-1]
 
 
 def test_the_build_context_holds_everything_the_dockerfile_copies():
