@@ -266,3 +266,23 @@ def test_a_lease_given_back_keeps_its_epoch_and_only_a_takeover_fences_the_journ
     assert lake.version(tables.JOURNAL) == version + 1 and lake.only_fences_since(tables.JOURNAL, version)
     commit(lake, pa.table({"record": ["ledger"], "t": [5], "plan_version": [0], "run_id": ["r"]}), 5)
     assert not lake.only_fences_since(tables.JOURNAL, version)
+
+
+def test_a_lease_this_process_failed_to_give_back_is_taken_back_at_once(s3_warehouse):
+    """A give-back the store did not answer leaves the lock object saying 'held by this
+    process': the process's next take is immediate and keeps the epoch, not a takeover a lease
+    later (seen in compose under load: follow waited out its own lease and fenced the journal)."""
+    from dkmsks.storage.leases import Lease
+
+    warehouse = Warehouse(s3_warehouse)
+    store, key = ObjectStore.of(warehouse.location), warehouse.lock_key("lock")
+    first = Lease(store, key, "a round", lease_seconds=30)
+    epoch = first.acquire(timeout=10)
+    first._stop.set()  # the keeper stops and the give-back never reaches the store
+    assert json.loads(store.get(key)[0])["state"] == "held"
+    started = time.monotonic()
+    again = Lease(store, key, "the next round", lease_seconds=30)
+    assert again.acquire(timeout=10) == epoch
+    assert time.monotonic() - started < 5
+    again.release()
+    assert json.loads(store.get(key)[0])["state"] == "free"

@@ -90,11 +90,18 @@ def set_fence(fence: Fence | None, uri: str) -> None:
             _fences[uri] = fence
 
 
+#: This process, in every body it writes. A lease that says it is held by this process while
+#: the process does not hold it (its give-back failed: the store did not answer in time) is
+#: taken back at once under the same epoch, instead of after a whole lease as a takeover (the
+#: locks are re-entrant per process, so no other thread of it can be holding it).
+_PROCESS = uuid.uuid4().hex
+
+
 def _body(who: str, epoch: int, state: str) -> bytes:
     # The nonce makes every body distinct, so every write gets a new ETag (an ETag is a digest
     # of the content: two equal bodies would let a stale If-Match pass).
     return json.dumps({"holder": who, "host": socket.gethostname(), "pid": os.getpid(), "epoch": epoch,
-                       "state": state, "nonce": uuid.uuid4().hex,
+                       "state": state, "process": _PROCESS, "nonce": uuid.uuid4().hex,
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
 
 
@@ -145,7 +152,7 @@ class Lease:
             else:
                 data, etag = got
                 body = _parse(data)
-                given_back = body.get("state") == "free"
+                given_back = body.get("state") == "free" or body.get("process") == _PROCESS
                 # Given back: its holder knows it holds it no more, so the fence stays; taken
                 # over: its holder may still think it holds it, so the epoch moves on.
                 epoch = int(body["epoch"]) + (0 if given_back else 1)  # type: ignore[call-overload]
