@@ -142,6 +142,25 @@ def test_a_holder_killed_with_kill_9_frees_the_writer_lock_within_its_lease(s3_w
         lock.__exit__(None, None, None)
 
 
+def test_a_waiter_that_gives_up_names_the_lease_object_and_its_holder(s3_warehouse):
+    """WriterBusy names the lock's object once (its URI had the warehouse's prefix twice:
+    ``s3://dkmsks/p/p/locks/default.lock``) and who holds it."""
+    from dkmsks.storage.writer_lock import WriterBusy, writer_lock
+
+    warehouse = Warehouse(s3_warehouse)
+    create_tables(warehouse)
+    holder, _ = start_holder(s3_warehouse)
+    try:
+        with pytest.raises(WriterBusy) as busy, writer_lock(warehouse, "waiter", timeout=0.5):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(busy.value)
+    assert f"another job holds {s3_warehouse}/locks/default.lock (holder: holder on " in message, message
+    assert f"pid {holder.pid}" in message and "\n" not in message, message
+
+
 def test_a_holder_stopped_past_its_lease_cannot_commit_over_its_successor(s3_warehouse, monkeypatch):
     warehouse = Warehouse(s3_warehouse)
     lake = create_tables(warehouse)
