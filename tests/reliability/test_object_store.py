@@ -77,6 +77,22 @@ def test_the_client_on_object_storage_sees_what_it_sees_on_a_folder(tmp_path, s3
     assert not (remote.root / "tables").exists() and not (remote.root / "locks").exists()
 
 
+def test_the_dags_checks_read_the_store_and_name_the_warehouse_by_its_uri(s3_warehouse):
+    """The DAGs' Spark-free checks (dkmsks.storage.progress) on object storage: they read the
+    Delta logs on the store, and their messages name the warehouse's URI (they named its local
+    home, a folder of this host that holds no table)."""
+    from dkmsks.storage.progress import microbatch_skip_reason, partition_skip_reason, repartition_skip_reason
+
+    empty = Warehouse(s3_warehouse + "/empty")
+    for reason in (microbatch_skip_reason(empty, scheduled=True), repartition_skip_reason(empty, scheduled=True)):
+        assert reason is not None and f"no partition plan yet in {empty.uri}:" in reason, reason
+    warehouse = partitioned_warehouse(s3_warehouse, objects=O_INIT, subscriptions=LIVE)
+    reason = partition_skip_reason(warehouse)
+    assert reason is not None and reason.startswith(f"the initial partitioning of {s3_warehouse} is done"), reason
+    assert str(warehouse.root) not in reason
+    assert microbatch_skip_reason(warehouse, scheduled=True).startswith("no timestamp landed after")
+
+
 # --------------------------------------------------------------------------- the writer lease
 
 HOLDER = """
