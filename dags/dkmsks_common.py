@@ -30,6 +30,12 @@ from airflow.sdk import Asset, Param, RetryDecision, RetryPolicy
 REPO = Path(os.environ.get("DKMSKS_HOME", Path(__file__).resolve().parents[1]))
 SPARK_APPS = REPO / "spark_apps"
 JARS_DIR = Path(os.environ.get("DKMSKS_JARS_DIR", REPO / ".cache" / "jars"))
+#: S3A, the AWS SDK modules it calls and the project's LogStore (dkmsks.spark.s3.s3_jars): a job
+#: on a warehouse on object storage needs them on its driver's class path, which only
+#: spark-submit's --jars gives (the job's session settings come after its JVM started).
+S3_JARS_DIR = Path(os.environ.get("DKMSKS_S3_JARS_DIR", REPO / ".cache" / "jars-s3"))
+#: A warehouse on object storage is a URI with one of these schemes (dkmsks.warehouse).
+OBJECT_STORE_PREFIXES = ("s3://", "s3a://")
 WAREHOUSE = os.environ.get("DKMSKS_WAREHOUSE", str(REPO / ".cache" / "warehouse"))
 SPARK_CONN_ID = "dkmsks_spark"
 #: One slot: writers of the project's Delta tables never run at the same time.
@@ -93,10 +99,29 @@ def run_warehouse(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, p
     return named[0] if named else str(params["warehouse"])
 
 
+def spark_jars(warehouse: str) -> str:
+    """spark-submit's ``--jars`` for a job on ``warehouse``: Delta's (:func:`delta_jars`) and, on
+    object storage (``s3://``, ``s3a://``), those of :data:`S3_JARS_DIR`, as the job's session
+    (``dkmsks.spark.session.session_conf``) lists them. A macro (:data:`MACROS`): the warehouse
+    is known when the run starts, not when the file is parsed."""
+    jars = [delta_jars()]
+    if str(warehouse).lower().startswith(OBJECT_STORE_PREFIXES):
+        s3 = sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))
+        if not s3:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"warehouse {warehouse} is on object storage, but the S3 connector's jars "
+                                       f"are missing ({S3_JARS_DIR}): run scripts/bootstrap.sh")
+        jars.append(",".join(s3))
+    return ",".join(j for j in jars if j)
+
+
 #: Template helpers of every dkmsks DAG (``user_defined_macros``).
-MACROS = {"run_warehouse": run_warehouse}
+MACROS = {"run_warehouse": run_warehouse, "spark_jars": spark_jars}
 #: The ``--warehouse`` value of every job: the run's warehouse (:func:`run_warehouse`).
 WAREHOUSE_ARG = "{{ run_warehouse(triggering_asset_events, params) }}"
+#: The ``--jars`` of every job: for the run's warehouse (:func:`spark_jars`).
+JARS_ARG = "{{ spark_jars(run_warehouse(triggering_asset_events, params)) }}"
 
 
 def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
@@ -108,8 +133,9 @@ def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
 
 
 def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
-    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars,
-    environment, connection and driver settings (:func:`driver_conf`).
+    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars (for
+    the run's warehouse, :func:`spark_jars`), environment, connection and driver settings
+    (:func:`driver_conf`).
 
     The job gets ``--warehouse`` (the run's warehouse, :data:`WAREHOUSE_ARG`) before ``args``
     and ``--run-id {{ run_id }}`` after them, so every write of the job carries the Airflow run
@@ -123,7 +149,7 @@ def spark_job(task_id: str, application: str, args: list[str], outlets: list[Ass
         task_id=task_id,
         application=str(SPARK_APPS / application),
         conn_id=SPARK_CONN_ID,
-        jars=delta_jars(),
+        jars=JARS_ARG,
         conf=driver_conf(),
         env_vars=spark_env(),
         name=f"dkmsks-{task_id}",
@@ -177,7 +203,9 @@ BOUNDS_PATTERN = rf"^(|none|wgs84|{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER})$"
 #: of their events, :func:`run_warehouse`) and the driver's heap.
 JOB_PARAMS = {
     "warehouse": Param(WAREHOUSE, type="string", minLength=1,
-                       description="Delta warehouse folder (runs triggered by an asset use the asset event's)"),
+                       description="Delta warehouse: a folder, or s3://bucket/prefix with the store's AWS_* "
+                                   "variables in Airflow's environment (runs triggered by an asset use the "
+                                   "asset event's)"),
     "driver_memory": Param(os.environ.get("DKMSKS_DRIVER_MEMORY", "4g"), type="string",
                            pattern="^[1-9][0-9]*[kmgtKMGT]$",
                            description="heap of the Spark driver (spark.driver.memory), e.g. 4g; |S| = 10M needs 10g"),
