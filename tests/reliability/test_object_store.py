@@ -5,7 +5,8 @@ lease cannot commit over its successor (the fence at the commit); a store that c
 is one line and exit status 2, with nothing written.
 
 docs/design.md §8, "Writers on object storage"; the Spark and follow paths on the store:
-tests/spark/test_s3_pipeline.py.
+tests/reliability/test_s3_pipeline.py; kill -9 at every commit point on the store:
+tests/reliability/test_crash_points.py and test_crash.py.
 """
 
 from __future__ import annotations
