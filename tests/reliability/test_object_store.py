@@ -295,3 +295,31 @@ def test_a_lease_given_back_is_taken_again_by_its_process_under_the_same_fence(s
     with writer_lock(warehouse, "round 3") as lease:
         assert lease.epoch == epoch + 1
     assert lake.table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == epoch + 1
+
+
+def test_the_follow_service_keeps_its_files_in_the_local_home(s3_warehouse, tmp_path):
+    """scripts/follow.sh on a warehouse on object storage: its PID, log and status files in this
+    host's local home, and dkm follow given the URI (it made a local folder named ``s3:`` and
+    followed that, an empty warehouse, waiting for a plan for ever)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "follow.sh"
+    home = Warehouse(s3_warehouse).run_dir
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+    def follow(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), action, "--warehouse", s3_warehouse, "--slots", "3", "--nice", "0"],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    started = follow("start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        pid = int((home / "follow-default.pid").read_text())
+        assert f"--warehouse {s3_warehouse} " in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        deadline = time.monotonic() + 180
+        status = home / "follow-default.status.json"
+        while not (status.exists() and json.loads(status.read_text())["state"] == "waiting for a plan"):
+            assert time.monotonic() < deadline and follow("status").returncode == 0, follow("status").stdout
+            time.sleep(0.5)
+    finally:
+        stopped = follow("stop")
+    assert stopped.returncode == 0 and json.loads(status.read_text())["state"] == "stopped", stopped.stdout
+    assert not (script.parents[1] / "s3:").exists()
