@@ -406,14 +406,17 @@ def error_lines(output: str, limit: int = 25) -> str:
 
 
 def run_and_kill(cmd: list[str], warehouse: Path | Place, delay: float, *, after_commits: int | None = None,
-                 timeout: float = 900, env: dict[str, str] | None = None) -> RunRecord:
+                 after_lock: bool = False, timeout: float = 900, env: dict[str, str] | None = None) -> RunRecord:
     """Start ``cmd`` and ``kill -9`` its group ``delay`` seconds after the start or, with
-    ``after_commits=k``, ``delay`` seconds after its k-th Delta commit appeared."""
+    ``after_commits=k``, ``delay`` seconds after its k-th Delta commit appeared, or with
+    ``after_lock``, after it took the writer lock (the lock's file or object rewritten)."""
     job = Monitored(cmd, warehouse, env=env, poll=0.02)
     started = time.time()
-    if after_commits is not None:
-        while job.proc.poll() is None and len(job.record.commits()) < after_commits:
-            if time.time() - started > timeout:
+    if after_commits is not None or after_lock:
+        while job.proc.poll() is None and time.time() - started <= timeout:
+            if after_lock and job.record.first("writer-lock") is not None:
+                break
+            if after_commits is not None and len(job.record.commits()) >= after_commits:
                 break
             time.sleep(0.01)
     deadline = time.time() + delay
