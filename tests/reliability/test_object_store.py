@@ -33,6 +33,8 @@ from dkmsks.storage.objectstore import ObjectStore
 from dkmsks.warehouse import Warehouse
 from lake_tables import create_tables, partitioned_warehouse
 
+from . import rel_harness as h
+
 pytestmark = pytest.mark.reliability
 
 O_INIT = [(1, 0.0, 0.0, ["cafe"], 0), (2, 3.0, 4.0, ["cafe"], 0), (3, 1.0, 0.0, ["bar", "cafe"], 0)]
@@ -323,3 +325,25 @@ def test_the_follow_service_keeps_its_files_in_the_local_home(s3_warehouse, tmp_
         stopped = follow("stop")
     assert stopped.returncode == 0 and json.loads(status.read_text())["state"] == "stopped", stopped.stdout
     assert not (script.parents[1] / "s3:").exists()
+
+
+def test_a_copy_of_the_stores_backing_folder_is_served_as_it_was(objectstore, s3_warehouse):
+    """The crash tests snapshot and restore a warehouse on the store by copying the gateway's
+    backing folder of its prefix (tests/reliability/rel_harness.py): copied with their extended
+    attributes, the objects come back with their ETags (a lease's If-Match still holds), and the
+    Delta tables read as before."""
+    warehouse = partitioned_warehouse(s3_warehouse, objects=O_INIT, subscriptions=LIVE)
+    store = ObjectStore.of(warehouse.location)
+    lock = warehouse.lock_key("lock")
+    assert store.create(lock, b'{"epoch": 1}') is not None
+    root = Path(objectstore["DKMSKS_OBJECTSTORE_DIR"])
+    place = h.Place.on_store(s3_warehouse, root, warehouse.root, {})
+    copy = h.Place.on_store(s3_warehouse + "-copy", root, warehouse.root.with_name("copy"), {})
+    h.snapshot(place, place.folder.with_name("snapshot"))
+    h.restore(place.folder.with_name("snapshot"), copy)
+    copied = Warehouse(copy.arg)
+    body, etag = store.get(lock)
+    assert store.get(copied.lock_key("lock")) == (body, etag)
+    assert store.replace(copied.lock_key("lock"), b'{"epoch": 2}', etag) is not None
+    assert Lake.of(copied).read(tables.OBJECTS).sort_by("id").to_pylist() == \
+        Lake.of(warehouse).read(tables.OBJECTS).sort_by("id").to_pylist()
