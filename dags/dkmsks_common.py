@@ -30,8 +30,9 @@ from airflow.sdk import Asset, Param, RetryDecision, RetryPolicy
 REPO = Path(os.environ.get("DKMSKS_HOME", Path(__file__).resolve().parents[1]))
 SPARK_APPS = REPO / "spark_apps"
 JARS_DIR = Path(os.environ.get("DKMSKS_JARS_DIR", REPO / ".cache" / "jars"))
-#: The S3A connector, the AWS SDK modules it calls and the project's LogStore (scripts/bootstrap.sh;
-#: ``dkmsks.spark.s3.s3_jars``), for runs on a warehouse on object storage.
+#: S3A, the AWS SDK modules it calls and the project's LogStore (dkmsks.spark.s3.s3_jars): a job
+#: on a warehouse on object storage needs them on its driver's class path, which only
+#: spark-submit's --jars gives (the job's session settings come after its JVM started).
 S3_JARS_DIR = Path(os.environ.get("DKMSKS_S3_JARS_DIR", REPO / ".cache" / "jars-s3"))
 #: URI schemes of a warehouse on object storage (``dkmsks.warehouse.OBJECT_STORE_SCHEMES``).
 OBJECT_STORE_SCHEMES = ("s3", "s3a")
@@ -98,24 +99,29 @@ def run_warehouse(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, p
     return named[0] if named else str(params["warehouse"])
 
 
-def run_jars(triggering_asset_events: Mapping[Any, Sequence[Any]] | None, params: Mapping[str, Any]) -> str:
-    """spark-submit's ``--jars`` for a run: Delta's, and for a warehouse on object storage
-    (:func:`run_warehouse` is ``s3://...``) the S3 jars too. They must be on the driver's
-    classpath when its JVM starts, which is before the job's session settings (``spark.jars``
-    of ``dkmsks.spark.session.session_conf``) apply; a local warehouse's jobs do without them."""
+def spark_jars(warehouse: str) -> str:
+    """spark-submit's ``--jars`` for a job on ``warehouse``: Delta's (:func:`delta_jars`) and, on
+    object storage (``s3://``, ``s3a://``), those of :data:`S3_JARS_DIR`, as the job's session
+    (``dkmsks.spark.session.session_conf``) lists them. A macro (:data:`MACROS`): the warehouse
+    is known when the run starts, not when the file is parsed."""
     jars = [delta_jars()]
-    scheme = run_warehouse(triggering_asset_events, params).partition("://")[0].lower()
-    if scheme in OBJECT_STORE_SCHEMES:
-        jars.append(",".join(sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))))
+    if str(warehouse).partition("://")[0].lower() in OBJECT_STORE_SCHEMES and "://" in str(warehouse):
+        s3 = sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))
+        if not s3:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"warehouse {warehouse} is on object storage, but the S3 connector's jars "
+                                       f"are missing ({S3_JARS_DIR}): run scripts/bootstrap.sh")
+        jars.append(",".join(s3))
     return ",".join(j for j in jars if j)
 
 
 #: Template helpers of every dkmsks DAG (``user_defined_macros``).
-MACROS = {"run_warehouse": run_warehouse, "run_jars": run_jars}
+MACROS = {"run_warehouse": run_warehouse, "spark_jars": spark_jars}
 #: The ``--warehouse`` value of every job: the run's warehouse (:func:`run_warehouse`).
 WAREHOUSE_ARG = "{{ run_warehouse(triggering_asset_events, params) }}"
-#: The ``--jars`` of every job (:func:`run_jars`).
-JARS_ARG = "{{ run_jars(triggering_asset_events, params) }}"
+#: The ``--jars`` of every job: for the run's warehouse (:func:`spark_jars`).
+JARS_ARG = "{{ spark_jars(run_warehouse(triggering_asset_events, params)) }}"
 
 
 def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
@@ -127,8 +133,8 @@ def record_warehouse(context: Mapping[str, Any], result: object = None) -> None:
 
 
 def spark_job(task_id: str, application: str, args: list[str], outlets: list[Asset]):
-    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars (those
-    the run's warehouse needs, :func:`run_jars`), environment, connection and driver settings
+    """A ``SparkSubmitOperator`` for ``spark_apps/<application>`` with the project's jars (for
+    the run's warehouse, :func:`spark_jars`), environment, connection and driver settings
     (:func:`driver_conf`).
 
     The job gets ``--warehouse`` (the run's warehouse, :data:`WAREHOUSE_ARG`) before ``args``
@@ -197,8 +203,9 @@ BOUNDS_PATTERN = rf"^(|none|wgs84|{_NUMBER},{_NUMBER},{_NUMBER},{_NUMBER})$"
 #: of their events, :func:`run_warehouse`) and the driver's heap.
 JOB_PARAMS = {
     "warehouse": Param(WAREHOUSE, type="string", minLength=1,
-                       description="Delta warehouse: a folder or s3://bucket/prefix (runs triggered by an "
-                                   "asset use the asset event's)"),
+                       description="Delta warehouse: a folder, or s3://bucket/prefix with the store's AWS_* "
+                                   "variables in Airflow's environment (runs triggered by an asset use the "
+                                   "asset event's)"),
     "driver_memory": Param(os.environ.get("DKMSKS_DRIVER_MEMORY", "4g"), type="string",
                            pattern="^[1-9][0-9]*[kmgtKMGT]$",
                            description="heap of the Spark driver (spark.driver.memory), e.g. 4g; |S| = 10M needs 10g"),

@@ -6,7 +6,8 @@
 #   scripts/follow.sh status [--warehouse W] [--database D]
 #   scripts/follow.sh stop   [--warehouse W] [--database D]   # SIGTERM: the round in flight ends first
 #
-# Files: <warehouse>/run/follow-<database>.pid, .log and .status.json (what it is doing).
+# Files: <warehouse>/run/follow-<database>.pid, .log and .status.json (what it is doing); for a
+# warehouse on object storage, in this host's local home of it instead (<local home>/run/...).
 # The warehouse defaults to $DKMSKS_WAREHOUSE or .cache/warehouse, the database to
 # $DKMSKS_DATABASE or "default". Safe to stop and start at any time, or to kill -9: every
 # committed timestamp is in Delta and an interrupted round commits nothing.
@@ -27,9 +28,24 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --database=*) database=${args[i]#*=} ;;
   esac
 done
-mkdir -p "$warehouse"
-warehouse=$(cd "$warehouse" && pwd)
-run=$warehouse/run
+case "$warehouse" in
+  *://*)
+    # On object storage (s3://bucket/prefix) the tables are there, and this host's process files
+    # in its local home ($DKMSKS_LOCAL_DIR or .cache/local/<bucket>/<prefix>, dkmsks.warehouse).
+    run=$("$REPO/.venv/bin/python" -c '
+import sys
+from dkmsks.warehouse import Warehouse
+try:
+    print(Warehouse(sys.argv[1]).run_dir)
+except ValueError as err:
+    sys.exit(f"follow: {err}")' "$warehouse") || exit 2
+    ;;
+  *)
+    mkdir -p "$warehouse"
+    warehouse=$(cd "$warehouse" && pwd)
+    run=$warehouse/run
+    ;;
+esac
 pidfile=$run/follow-$database.pid
 log=$run/follow-$database.log
 statusfile=$run/follow-$database.status.json

@@ -3,6 +3,7 @@ failed under ``CI=true``)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import signal
@@ -115,7 +116,8 @@ def spark(spark_warehouse):
 def objectstore(tmp_path_factory):
     """A private S3-compatible object store for the test run: ``scripts/objectstore.sh start``
     with its data in a temp folder and on a free port; yields the client's settings of its env
-    file (``AWS_*``, ``DKMSKS_WAREHOUSE``) as a dict, and stops the server by its PID at the end."""
+    file (``AWS_*``, ``DKMSKS_WAREHOUSE``) and its folder (``DKMSKS_OBJECTSTORE_DIR``: the objects
+    are plain files under its ``data/<bucket>/``) as a dict, and stops the server by its PID at the end."""
     if shutil.which("curl") is None:
         missing_prerequisite("curl is absent (scripts/objectstore.sh signs its requests with it)")
     folder = tmp_path_factory.mktemp("objectstore")
@@ -132,7 +134,7 @@ def objectstore(tmp_path_factory):
     pid = int((folder / "versitygw.pid").read_text())
     try:
         lines = (folder / "env").read_text().splitlines()
-        yield dict(line.split("=", 1) for line in lines if "=" in line)
+        yield {**dict(line.split("=", 1) for line in lines if "=" in line), "DKMSKS_OBJECTSTORE_DIR": str(folder)}
     finally:
         _stop(pid)
 
@@ -188,6 +190,8 @@ def fresh_db(spark, spark_warehouse, request):
 #: keeps the two pins equal); tests/unit/test_xdist_groups.py checks the grouping holds.
 XDIST_GROUPS: list[tuple[str, str]] = [
     ("tests/e2e/test_compose_stack.py", "compose-stack"),
+    # The crash tests on the object store share its prepared warehouse, not the folder's.
+    ("tests/reliability/test_crash*.py::*[[]s3]", "crash-s3"),
     ("tests/reliability/test_crash.py", "crash"),
     ("tests/reliability/test_crash_points.py", "crash"),
     ("tests/reliability/test_replay.py", "replay"),
@@ -200,8 +204,10 @@ XDIST_GROUPS: list[tuple[str, str]] = [
 
 
 def _xdist_group(nodeid: str) -> tuple[int, str | None]:
+    """The rank and group of the first entry of :data:`XDIST_GROUPS` that ``nodeid`` starts
+    with (an entry is a prefix with ``fnmatch``'s wildcards; ``[[]`` is a literal ``[``)."""
     for rank, (prefix, group) in enumerate(XDIST_GROUPS):
-        if nodeid.startswith(prefix):
+        if fnmatch.fnmatchcase(nodeid, prefix + "*"):
             return rank, group
     return len(XDIST_GROUPS), None
 
@@ -249,12 +255,15 @@ OBJECTSTORE_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDP
 
 
 @pytest.fixture
-def s3_warehouse(objectstore, monkeypatch, request):
+def s3_warehouse(objectstore, monkeypatch, request, tmp_path):
     """A warehouse URI of its own on the test session's object store (``s3://dkmsks/<test>-<n>``),
-    with the store's settings in this process's environment (and so in every child's)."""
+    with the store's settings in this process's environment (and so in every child's), and its
+    local home (``DKMSKS_LOCAL_DIR``: run files, caches, spools) in the test's ``tmp_path/local``
+    rather than the project's ``.cache/local``."""
     import uuid
 
     for key in OBJECTSTORE_VARIABLES:
         monkeypatch.setenv(key, objectstore[key])
+    monkeypatch.setenv("DKMSKS_LOCAL_DIR", str(tmp_path / "local"))
     name = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
     return f"s3://dkmsks/{name}-{uuid.uuid4().hex[:8]}"

@@ -663,3 +663,26 @@ def test_spark_submit_pins_the_local_address_to_the_drivers_bind_address(common,
     monkeypatch.setenv("DKMSKS_DRIVER_BIND_ADDRESS", "0.0.0.0")
     env = dkmsks_common.spark_env()
     assert "SPARK_LOCAL_IP" not in env and env["PYSPARK_PYTHON"]
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_spark_submit_gets_the_s3_jars_for_a_warehouse_on_object_storage(dagbag, dag_id, tmp_path, monkeypatch):
+    """A job's session settings come after its driver's JVM started, so S3A, the AWS SDK and the
+    LogStore reach its class path only through spark-submit's --jars: for a warehouse on object
+    storage they are there, as the session lists them; for a folder only Delta's."""
+    from dkmsks.spark.session import session_conf
+    from dkmsks.warehouse import Warehouse
+
+    monkeypatch.setenv("AIRFLOW_CONN_DKMSKS_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    dag = dagbag.dags[dag_id]
+    job = next(t for t in dag.tasks if t.task_type == "SparkSubmitOperator")
+    params = {"objects": "o.tsv", "events": "e.tsv"} if dag_id == "dkmsks_ingest" else {}
+    for warehouse in ("s3://bucket/pipeline", str(tmp_path / "wh")):
+        task = _rendered(dag, job.task_id, {}, warehouse=warehouse, **params)
+        cmd = task._get_hook()._build_spark_submit_command(task.application)
+        jars = cmd[cmd.index("--jars") + 1].split(",")
+        assert jars == session_conf(Warehouse(warehouse))["spark.jars"].split(","), warehouse
+        assert any("hadoop-aws" in j for j in jars) is warehouse.startswith("s3://"), jars
+    # An asset-triggered run: the jars follow the warehouse its event names.
+    task = _rendered(dag, job.task_id, _events("s3://bucket/from-event"), warehouse=str(tmp_path), **params)
+    assert any("dkmsks-logstore" in j for j in task.jars.split(",")), task.jars

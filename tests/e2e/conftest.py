@@ -119,10 +119,16 @@ class Airflow:
 
 
 @pytest.fixture(scope="package")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, objectstore):
+    """Airflow with the test session's object store in its environment (``AWS_*``, as a
+    deployment whose warehouses are on S3 gives its workers), so a run's warehouse Param may be
+    an ``s3://`` URI; the jobs' local home (``DKMSKS_LOCAL_DIR``) is a folder of the fixture's."""
+    from conftest import OBJECTSTORE_VARIABLES
+
     root = tmp_path_factory.mktemp("airflow")
     home, warehouse, port = root / "home", root / "warehouse", free_port()
     env = dict(os.environ, AIRFLOW_HOME=str(home), DKMSKS_AIRFLOW_PORT=str(port), DKMSKS_WAREHOUSE=str(warehouse),
+               **{key: objectstore[key] for key in OBJECTSTORE_VARIABLES}, DKMSKS_LOCAL_DIR=str(root / "local"),
                # With catchup=False a DAG's first scheduled run is its latest past cron point.
                # 29 February: none between start_date and now, so no micro-batch competes with
                # the tests for the writers' pool. Repartitioning runs once at start: its

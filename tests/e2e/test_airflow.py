@@ -30,10 +30,20 @@ SPEC = WorkloadSpec(o_init=2000, subscriptions=150, timestamps=4, objects_per_ts
                     inserts_per_ts=10, deletes_per_ts=10, k_max=5, seed=9)
 
 
-def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tmp_path):
+@pytest.fixture(params=["folder", "s3"])
+def pipeline_warehouse(request, tmp_path) -> str:
+    """The warehouse a test's DAG runs work on: a folder, or a prefix of the session's object
+    store (whose settings Airflow's processes have, the ``airflow`` fixture)."""
+    return str(tmp_path / "warehouse") if request.param == "folder" else request.getfixturevalue("s3_warehouse")
+
+
+def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, pipeline_warehouse, objectstore,
+                                                                     tmp_path):
     """The pipeline's own warehouse (not the DAGs' default) travels with the asset events, a
-    second ingestion does not re-partition, and the jobs' drivers get the 4g heap."""
-    warehouse = tmp_path / "warehouse"
+    second ingestion does not re-partition, and the jobs' drivers get the 4g heap; on a folder
+    and on object storage (there spark-submit gets the S3 jars, the jobs' JVMs the store's
+    settings from Airflow's environment, and no task log shows its secret)."""
+    warehouse = pipeline_warehouse
     source, vocab = real_objects(SPEC.objects_needed)
     objects, events = generate_workload(source, SPEC)
     objects_file, events_file = tmp_path / "objects.tsv.gz", tmp_path / "events.tsv.gz"
@@ -50,7 +60,7 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
     api = airflow.api()
 
     ingest = trigger(api, "dkmsks_ingest", objects=str(first / "objects.tsv.gz"),
-                     events=str(first / "events.tsv.gz"), warehouse=str(warehouse))
+                     events=str(first / "events.tsv.gz"), warehouse=warehouse)
     api.wait_run("dkmsks_ingest", ingest["dag_run_id"])
     # The landing asset triggers partitioning (default params), whose plan asset triggers a
     # micro-batch that processes t = 1, 2: both on the warehouse named in the asset events.
@@ -59,7 +69,7 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
                                                                            "partition": "success"}
     api.wait_run("dkmsks_microbatch", run_type="asset_triggered", after=partition["queued_at"])
     for dag_id in ("dkmsks_ingest", "dkmsks_partition", "dkmsks_microbatch"):
-        assert [e["extra"] for e in api.asset_events(dag_id)] == [{"warehouse": str(warehouse)}], dag_id
+        assert {"warehouse": warehouse} in [e["extra"] for e in api.asset_events(dag_id)], dag_id
     assert not (airflow.warehouse / "tables").exists()  # the default warehouse was never touched
     # The driver's JVM got the heap the README states (Spark's default is 1 GiB).
     log = api.task_log("dkmsks_partition", partition["dag_run_id"], "partition")
@@ -70,29 +80,36 @@ def test_dags_ingest_partition_and_two_microbatches_equal_the_oracle(airflow, tm
     # insert-only). Its landing event triggers partitioning again, which the Spark-free check
     # skips: no Spark job, no dkmsks://plan event, no micro-batch.
     ingest = trigger(api, "dkmsks_ingest", objects=str(objects_file), events=str(events_file),
-                     warehouse=str(warehouse))
+                     warehouse=warehouse)
     api.wait_run("dkmsks_ingest", ingest["dag_run_id"])
     again = api.wait_run("dkmsks_partition", run_type="asset_triggered", after=ingest["queued_at"])
     assert api.task_states("dkmsks_partition", again["dag_run_id"]) == {"check_partition": "success",
                                                                        "partition": "skipped"}
-    assert "the initial partitioning of " + str(warehouse) + " is done" in \
+    assert "the initial partitioning of " + warehouse + " is done" in \
         api.task_log("dkmsks_partition", again["dag_run_id"], "check_partition")
-    assert len(api.asset_events("dkmsks_partition")) == 1
+    assert [e["extra"] for e in api.asset_events("dkmsks_partition")].count({"warehouse": warehouse}) == 1
     # A manual micro-batch on the pipeline's warehouse (the Param) processes t = 3, 4.
-    run = trigger(api, "dkmsks_microbatch", warehouse=str(warehouse))
+    run = trigger(api, "dkmsks_microbatch", warehouse=warehouse)
     api.wait_run("dkmsks_microbatch", run["dag_run_id"])
 
     dkm = str(Path(sys.executable).with_name("dkm"))
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     for t in (2, SPEC.timestamps):
         out = tmp_path / f"airflow-{t}.jsonl"
-        done = subprocess.run([dkm, "export", "--warehouse", str(warehouse), "--as-of", str(t), "--out", str(out)],
+        done = subprocess.run([dkm, "export", "--warehouse", warehouse, "--as-of", str(t), "--out", str(out)],
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         v = Vocabulary()
         expected = oracle_results(read_objects(objects_file, v).objects, read_events(events_file, v).events, t)
         write_results(tmp_path / f"oracle-{t}.jsonl", expected, t)
         assert read_results(out) == read_results(tmp_path / f"oracle-{t}.jsonl")
+    if warehouse.startswith("s3://"):
+        # The jobs' S3 jars came from spark-submit's --jars; the store's secret reached no log.
+        log = api.task_log("dkmsks_microbatch", run["dag_run_id"], "microbatch")
+        assert "hadoop-aws" in log and "dkmsks-logstore" in log, log[-3000:]
+        secret = objectstore["AWS_SECRET_ACCESS_KEY"]
+        leaked = [str(p) for p in airflow.home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+        assert not leaked, f"the object store's secret is in {leaked}"
 
 
 def trigger(api: Api, dag_id: str, **conf) -> dict:

@@ -7,6 +7,8 @@ bookkeeping tables and views (``ledger``, ``timestamp_metrics``, ``worker_metric
 a cold ``dkm`` process per timestamp would cost ~15 s each.
 
     python tests/reliability/inspect_warehouse.py WAREHOUSE OUT_DIR T [T ...]
+
+``WAREHOUSE`` is a folder or ``s3://bucket/prefix`` (the store's settings in the environment).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     from dkmsks.cli import main as dkm
 
-    warehouse, out = Path(argv[0]), Path(argv[1])
+    warehouse, out = argv[0], Path(argv[1])  # a folder or s3://bucket/prefix
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     exports: dict[int, int] = {}
     for t in (int(a) for a in argv[2:]):
         started = time.perf_counter()
-        exports[t] = dkm(["export", "--warehouse", str(warehouse), "--as-of", str(t),
+        exports[t] = dkm(["export", "--warehouse", warehouse, "--as-of", str(t),
                           "--out", str(out / f"export-{t}.jsonl")])
         timings[f"export-{t}"] = time.perf_counter() - started
 

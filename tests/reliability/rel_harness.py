@@ -12,6 +12,12 @@ A prepared warehouse is *snapshotted* (its folder copied) and *restored* for the
 (:func:`snapshot`, :func:`restore`); the Delta logs hold relative paths and sessions register
 the tables by path, so a copy works wherever it is put.
 
+A warehouse on object storage (:class:`Place`) is watched the same way, in the object store's
+backing folder: the test's Versity S3 Gateway keeps each object of ``s3://<bucket>/<key>`` as
+the plain file ``<store>/data/<bucket>/<key>`` (its ETag in an extended attribute), so the
+commit files, the writer lease's object and a snapshot (copied with its extended attributes,
+which the gateway then serves as they were) are there to read and copy, black box as before.
+
 Also runnable as a script (one JVM for several entry points)::
 
     python rel_harness.py entry-points '[["spark_apps/ingest.py", [...]], ["dkm", [...]]]'
@@ -54,13 +60,67 @@ def dkm_cmd(*args: str) -> list[str]:
     return [str(Path(PYTHON).with_name("dkm")), *args]
 
 
+# --------------------------------------------------------------------------- where a warehouse is
+
+
+@dataclass(frozen=True)
+class Place:
+    """A test's warehouse as its jobs and the harness see it: ``arg``, what ``--warehouse`` is
+    given (a folder, or ``s3://bucket/prefix``; also its ``str``); ``folder``, the local folder
+    whose ``tables/`` and ``locks/`` show the warehouse's tables and locks (the warehouse
+    itself, or the object store's backing folder of its prefix); ``home``, this host's process
+    files (``DKMSKS_LOCAL_DIR`` of a warehouse on object storage); ``env``, what every job on it
+    needs in its environment (the store's endpoint and credentials, the local home)."""
+
+    arg: str
+    folder: Path
+    home: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def local(cls, folder: Path) -> Place:
+        return cls(str(folder), Path(folder), Path(folder))
+
+    @classmethod
+    def on_store(cls, uri: str, store_dir: Path, home: Path, settings: dict[str, str]) -> Place:
+        """``uri`` (``s3://bucket/prefix``) on the test's object store, whose data folder is
+        ``store_dir/data``; ``settings`` the store's ``AWS_*`` variables."""
+        bucket, _, prefix = uri.partition("://")[2].partition("/")
+        return cls(uri, Path(store_dir) / "data" / bucket / prefix, Path(home),
+                   {**settings, "DKMSKS_LOCAL_DIR": str(home)})
+
+    @property
+    def on_object_store(self) -> bool:
+        return "://" in self.arg
+
+    def __str__(self) -> str:
+        return self.arg
+
+
+def folder_of(warehouse: Path | Place) -> Path:
+    """Where ``warehouse``'s tables and locks can be looked at (:class:`Place`)."""
+    return warehouse.folder if isinstance(warehouse, Place) else Path(warehouse)
+
+
 # --------------------------------------------------------------------------- Delta log
 
+#: The writer lease's fence (dkmsks.storage.leases.FENCE_APP): on object storage, taking the
+#: writer lock commits its epoch to the journal, a commit that adds nothing.
+FENCE_APP = "dkmsks-writer-fence"
 
-def delta_commits(warehouse: Path) -> dict[tuple[str, int], float]:
+
+def is_fence_commit(path: Path) -> bool:
+    """Whether a journal commit file holds only the writer lease's fence (no data, no other
+    transaction): the commit made when a job takes the writer lock on object storage."""
+    actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    apps = [a["txn"]["appId"] for a in actions if "txn" in a]
+    return apps == [FENCE_APP] and not any("add" in a or "remove" in a for a in actions)
+
+
+def delta_commits(warehouse: Path | Place) -> dict[tuple[str, int], float]:
     """``(table, version) -> mtime`` of every Delta commit file under ``warehouse/tables``."""
     found: dict[tuple[str, int], float] = {}
-    root = Path(warehouse) / "tables"
+    root = folder_of(warehouse) / "tables"
     if not root.is_dir():
         return found
     for table in os.scandir(root):
@@ -75,17 +135,18 @@ def delta_commits(warehouse: Path) -> dict[tuple[str, int], float]:
     return found
 
 
-def table_versions(warehouse: Path) -> dict[str, int]:
+def table_versions(warehouse: Path | Place) -> dict[str, int]:
     out: dict[str, int] = {}
     for (table, version) in delta_commits(warehouse):
         out[table] = max(out.get(table, -1), version)
     return out
 
 
-def leftover_files(warehouse: Path) -> list[str]:
+def leftover_files(warehouse: Path | Place) -> list[str]:
     """Files a crashed writer may leave behind (Delta temp commits, lock files), relative paths."""
     out = []
-    for p in Path(warehouse).rglob("*"):
+    warehouse = folder_of(warehouse)
+    for p in warehouse.rglob("*"):
         name = p.name
         if (p.is_file() and "_delta_log" in p.parts and (name.endswith(".tmp") or name.startswith("."))
                 and not name.endswith(".crc")):
@@ -93,9 +154,9 @@ def leftover_files(warehouse: Path) -> list[str]:
     return sorted(out)
 
 
-def commit_info(warehouse: Path, table: str, version: int) -> dict:
+def commit_info(warehouse: Path | Place, table: str, version: int) -> dict:
     """The ``commitInfo`` action of one Delta commit (operation, metrics, user metadata)."""
-    path = Path(warehouse) / "tables" / table / "_delta_log" / f"{version:020d}.json"
+    path = folder_of(warehouse) / "tables" / table / "_delta_log" / f"{version:020d}.json"
     for line in path.read_text().splitlines():
         action = json.loads(line)
         if "commitInfo" in action:
@@ -103,23 +164,31 @@ def commit_info(warehouse: Path, table: str, version: int) -> dict:
     return {}
 
 
-def rows_written(warehouse: Path, table: str, version: int) -> int:
+def rows_written(warehouse: Path | Place, table: str, version: int) -> int:
     """Rows a commit added (inserted or updated), from its operation metrics."""
     metrics = commit_info(warehouse, table, version).get("operationMetrics", {})
     keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted", "numOutputRows")
     return sum(int(metrics.get(k, 0)) for k in keys)
 
 
-def snapshot(warehouse: Path, snap: Path) -> None:
+def snapshot(warehouse: Path | Place, snap: Path) -> None:
+    """Copy the warehouse's folder (on object storage: its backing folder, each file with its
+    extended attributes, where the gateway keeps the ETag) to ``snap``."""
     if snap.exists():
         shutil.rmtree(snap)
-    shutil.copytree(warehouse, snap, symlinks=True)
+    shutil.copytree(folder_of(warehouse), snap, symlinks=True, copy_function=shutil.copy2)
 
 
-def restore(snap: Path, warehouse: Path) -> None:
-    if warehouse.exists():
-        shutil.rmtree(warehouse)
-    shutil.copytree(snap, warehouse, symlinks=True)
+def restore(snap: Path, warehouse: Path | Place) -> None:
+    """Put ``snap`` back where the warehouse is; a warehouse on object storage starts with an
+    empty local home, as on a host that never ran a job on it (what a job keeps there, the
+    ``O_init`` statistics, it rebuilds from the tables)."""
+    folder = folder_of(warehouse)
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(snap, folder, symlinks=True, copy_function=shutil.copy2)
+    if isinstance(warehouse, Place) and warehouse.home != folder:
+        shutil.rmtree(warehouse.home, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- monitored runs
@@ -147,7 +216,10 @@ def _group_members(pgid: int) -> list[tuple[int, str]]:
 @dataclass
 class Event:
     at: float  # seconds since the process started
-    kind: str  # "writer-lock", "python-workers", "commit", "out", "exit", "killed"
+    # "writer-lock", "python-workers", "commit", "fence" (the writer lease's epoch committed to
+    # the journal when a job takes the lock on object storage: not one of the job's own commits),
+    # "out", "exit", "killed"
+    kind: str
     detail: str = ""
 
 
@@ -174,21 +246,23 @@ class RunRecord:
 class Monitored:
     """A job in its own process group, watched every ``poll`` seconds until it ends."""
 
-    def __init__(self, cmd: list[str], warehouse: Path | None, *, env: dict[str, str] | None = None,
+    def __init__(self, cmd: list[str], warehouse: Path | Place | None, *, env: dict[str, str] | None = None,
                  poll: float = 0.05, log: Path | None = None) -> None:
-        self.warehouse = warehouse
-        self.before = delta_commits(warehouse) if warehouse else {}
+        self.warehouse = folder_of(warehouse) if warehouse is not None else None
+        self.before = delta_commits(self.warehouse) if self.warehouse else {}
         # The writer lock's file is rewritten (holder, pid, time) when a run takes it: after the
         # session started and the tables were registered, before the run reads anything. (The
-        # sessions' catalog is in memory: there is no Derby metastore lock to watch.)
-        lock = warehouse / "locks" / "default.lock" if warehouse else None
+        # sessions' catalog is in memory: there is no Derby metastore lock to watch.) On object
+        # storage it is the lease's object, rewritten when taken (and renewed, and given back).
+        lock = self.warehouse / "locks" / "default.lock" if self.warehouse else None
         self.lock_before = lock.stat().st_mtime if lock and lock.exists() else 0.0
         self.lock = lock
         self.log = log
         self._out_lines: list[str] = []
         t0 = time.time()
+        env = {**(env or job_env()), **(warehouse.env if isinstance(warehouse, Place) else {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env or job_env(), cwd=REPO, start_new_session=True, bufsize=1)
+                                     env=env, cwd=REPO, start_new_session=True, bufsize=1)
         self.record = RunRecord(cmd, t0)
         self._seen_commits: set[tuple[str, int]] = set()
         self._workers_seen = False
@@ -220,8 +294,16 @@ class Monitored:
         if self.warehouse is not None:
             for key, mtime in delta_commits(self.warehouse).items():
                 if key not in self.before and key not in self._seen_commits:
+                    kind = "commit"
+                    if key[0] == "journal":
+                        try:
+                            fence = is_fence_commit(self.warehouse / "tables" / "journal" / "_delta_log"
+                                                    / f"{key[1]:020d}.json")
+                        except (OSError, ValueError):
+                            continue  # not readable yet: the next sample
+                        kind = "fence" if fence else kind
                     self._seen_commits.add(key)
-                    self.record.events.append(Event(max(0.0, mtime - self.record.started), "commit",
+                    self.record.events.append(Event(max(0.0, mtime - self.record.started), kind,
                                                     f"{key[0]}@{key[1]}"))
             if not self._lock_seen and self.lock is not None and self.lock.exists():
                 try:
@@ -279,7 +361,7 @@ class Monitored:
         return rec
 
 
-def run(cmd: list[str], warehouse: Path | None = None, *, timeout: float = 900, check: bool = True,
+def run(cmd: list[str], warehouse: Path | Place | None = None, *, timeout: float = 900, check: bool = True,
         env: dict[str, str] | None = None, log: Path | None = None) -> RunRecord:
     rec = Monitored(cmd, warehouse, env=env, log=log).wait(timeout)
     if check and rec.returncode != 0:
@@ -323,15 +405,18 @@ def error_lines(output: str, limit: int = 25) -> str:
     return ("\nerror lines of the whole output:\n" + "\n".join(found)) if found else ""
 
 
-def run_and_kill(cmd: list[str], warehouse: Path, delay: float, *, after_commits: int | None = None,
-                 timeout: float = 900, env: dict[str, str] | None = None) -> RunRecord:
+def run_and_kill(cmd: list[str], warehouse: Path | Place, delay: float, *, after_commits: int | None = None,
+                 after_lock: bool = False, timeout: float = 900, env: dict[str, str] | None = None) -> RunRecord:
     """Start ``cmd`` and ``kill -9`` its group ``delay`` seconds after the start or, with
-    ``after_commits=k``, ``delay`` seconds after its k-th Delta commit appeared."""
+    ``after_commits=k``, ``delay`` seconds after its k-th Delta commit appeared, or with
+    ``after_lock``, after it took the writer lock (the lock's file or object rewritten)."""
     job = Monitored(cmd, warehouse, env=env, poll=0.02)
     started = time.time()
-    if after_commits is not None:
-        while job.proc.poll() is None and len(job.record.commits()) < after_commits:
-            if time.time() - started > timeout:
+    if after_commits is not None or after_lock:
+        while job.proc.poll() is None and time.time() - started <= timeout:
+            if after_lock and job.record.first("writer-lock") is not None:
+                break
+            if after_commits is not None and len(job.record.commits()) >= after_commits:
                 break
             time.sleep(0.01)
     deadline = time.time() + delay

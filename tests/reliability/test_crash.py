@@ -16,7 +16,10 @@ Design (to fit 20+ kills into minutes, each run pays a ~15 s JVM start):
    come at a wall-clock delay drawn from a stratum of the reference run's duration
    (stratified uniform draws, shuffled); the others 0–0.3 s after the run's k-th Delta commit
    (k drawn over the reference run's commits), so that every commit boundary is hit even
-   when the machine's load shifts the timeline. The next trial is the rerun of the previous
+   when the machine's load shifts the timeline. On the object store, with fewer kills, half
+   of the timed ones come instead at a delay after the run took the writer lease (its object
+   rewritten), drawn over the reference's span from there to its first commit: the run's
+   reads and workers, whatever its start-up took. The next trial is the rerun of the previous
    one: it must recover whatever the kill left (an uncommitted run, a commit without its
    bookkeeping, a held lock) — and is itself killed somewhere.
 3. A chain ends when every timestamp is committed (later runs would have nothing to do and end
@@ -28,9 +31,11 @@ Design (to fit 20+ kills into minutes, each run pays a ~15 s JVM start):
 The record (seed, reference timeline, chains, every trial with its events) is printed and
 written to ``crash-trials.json`` in the test's tmp folder.
 
-``DKMSKS_CRASH_TRIALS`` (default 20) and ``DKMSKS_CRASH_SEED`` (default: :data:`CI_SEED` under
-``CI=true``, else random; printed)
-control the trials.
+The test runs on a warehouse folder and on the object store (``prepared_on``; there its jobs'
+commits and writer lease are read from the store's backing folder, the lease's fence commits
+apart, :class:`rel_harness.Place`). ``DKMSKS_CRASH_TRIALS`` (default 20; on the object store
+``DKMSKS_CRASH_TRIALS_S3``, default 8) and ``DKMSKS_CRASH_SEED`` (default: :data:`CI_SEED`
+under ``CI=true``, else random; printed) control the trials.
 """
 
 from __future__ import annotations
@@ -48,21 +53,27 @@ from .conftest import assert_bookkeeping, assert_exports_equal, inspect
 pytestmark = [pytest.mark.reliability, pytest.mark.realdata]
 
 TRIALS = int(os.environ.get("DKMSKS_CRASH_TRIALS", "20"))
+#: Kills on a warehouse on object storage (``DKMSKS_CRASH_TRIALS_S3``): its jobs are the same
+#: code, and test_crash_points.py kills them at every commit point besides.
+TRIALS_S3 = int(os.environ.get("DKMSKS_CRASH_TRIALS_S3", "8"))
 
 
 #: The crash trials' seed under CI=true.
 CI_SEED = 20261126
 
 
-def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepared, tmp_path):
+def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepared_on, tmp_path):
+    prepared = prepared_on
     T, m = prepared.timestamps, prepared.workers
+    wh = prepared.restore()
+    wanted = TRIALS_S3 if wh.on_object_store else TRIALS
     # CI runs a fixed seed (a failure there can be replayed); longer runs draw one (printed).
     default_seed = CI_SEED if os.environ.get("CI", "").lower() == "true" else random.SystemRandom().randrange(1 << 30)
     seed = int(os.environ.get("DKMSKS_CRASH_SEED", default_seed))
     rng = random.Random(seed)
-    print(f"crash trials: seed {seed}, {TRIALS} kills", flush=True)  # before any run: a failure can be replayed
-    wh = prepared.restore()
-    mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", str(wh), *a)  # noqa: E731
+    # Before any run: a failure can be replayed.
+    print(f"crash trials on {wh.arg}: seed {seed}, {wanted} kills", flush=True)
+    mb = lambda *a: h.app_cmd("microbatch.py", "--warehouse", wh.arg, *a)  # noqa: E731
 
     # 1. The uninterrupted reference.
     first = h.run(mb("--until", "1", "--run-id", "ref-1"), wh)
@@ -73,13 +84,20 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
     assert_bookkeeping(ref_summary, T, m)
     assert_exports_equal(tmp_path / "reference", prepared.oracle, range(T + 1), "uninterrupted run vs dkm oracle")
 
-    # 2. Kills: stratified delays over the reference run, from half its start-up on.
+    # 2. Kills: stratified delays over the reference run, from half its start-up on; on the
+    # object store, where the kills are few, half of those after the run took the writer lease,
+    # over the reference's span from there to its first commit (its reads and workers).
     wh = prepared.restore()
     low = 0.5 * (ref.lock_at or 0.0)
-    n_timed = TRIALS - (2 * TRIALS) // 5
-    width = (ref.duration - low) / n_timed
-    plan: list[tuple[float, int | None]] = [(low + (i + rng.random()) * width, None) for i in range(n_timed)]
-    plan += [(0.3 * rng.random(), 1 + i % len(ref.commit_tables)) for i in range(TRIALS - n_timed)]
+    n_timed = wanted - (2 * wanted) // 5
+    n_lock = (n_timed + 1) // 2 if wh.on_object_store and ref.lock_at and ref.first_commit_at else 0
+    width = (ref.duration - low) / (n_timed - n_lock)
+    plan: list[tuple[float, int | str | None]] = [(low + (i + rng.random()) * width, None)
+                                                  for i in range(n_timed - n_lock)]
+    if n_lock:
+        work = (ref.first_commit_at - ref.lock_at) / n_lock
+        plan += [((i + rng.random()) * work, "lock") for i in range(n_lock)]
+    plan += [(0.3 * rng.random(), 1 + i % len(ref.commit_tables)) for i in range(wanted - n_timed)]
     rng.shuffle(plan)
     trials: list[dict] = []
     chains: list[dict] = []
@@ -89,7 +107,8 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
         return Counter(t["phase"].split(" (")[0] for t in trials if t["killed"])
 
     def save() -> dict:
-        record = {"seed": seed, "reference_seconds": round(ref.duration, 1), "reference_commits": ref.commit_tables,
+        record = {"warehouse": wh.arg, "seed": seed, "reference_seconds": round(ref.duration, 1),
+                  "reference_commits": ref.commit_tables,
                   "reference_timeline": {"writer_lock": ref.lock_at, "python_workers": ref.workers_at,
                                          "first_commit": ref.first_commit_at, "workers_seconds": ref.workers_seconds},
                   "kills": sum(phases().values()), "phases": dict(phases()), "chains": chains, "trials": trials}
@@ -112,14 +131,15 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
         assert_exports_equal(out, {t: tmp_path / "reference" / f"export-{t}.jsonl" for t in range(T + 1)},
                              range(T + 1), f"chain {chain} (seed {seed}) vs the uninterrupted run")
 
-    while sum(1 for t in trials if t["killed"]) < TRIALS:
+    while sum(1 for t in trials if t["killed"]) < wanted:
         attempts += 1
-        assert attempts <= 2 * TRIALS, "too many runs ended before their kill: the window is too wide"
-        delay, after = plan[(attempts - 1) % TRIALS]
+        assert attempts <= 2 * wanted, "too many runs ended before their kill: the window is too wide"
+        delay, anchor = plan[(attempts - 1) % wanted]
         rec = h.run_and_kill(mb("--until", str(until), "--run-id", f"trial-{attempts}"), wh, delay,
-                             after_commits=after)
+                             after_commits=anchor if isinstance(anchor, int) else None,
+                             after_lock=anchor == "lock")
         trial = {"attempt": attempts, "chain": chain, "until": until, "delay": round(delay, 2),
-                 "after_commits": after,
+                 "after": anchor or "start",
                  "killed_at": None if rec.killed_at is None else round(rec.killed_at, 2),
                  "killed": rec.killed_at is not None,
                  "commits": [c.detail for c in rec.commits()],
@@ -147,4 +167,4 @@ def test_kill_9_at_random_points_then_rerun_loses_and_duplicates_nothing(prepare
 
     if not chains or chains[-1]["chain"] != chain:
         finish_chain()
-    assert sum(phases().values()) >= TRIALS
+    assert sum(phases().values()) >= wanted

@@ -5,7 +5,8 @@ lease cannot commit over its successor (the fence at the commit); a store that c
 is one line and exit status 2, with nothing written.
 
 docs/design.md §8, "Writers on object storage"; the Spark and follow paths on the store:
-tests/spark/test_s3_pipeline.py.
+tests/reliability/test_s3_pipeline.py; kill -9 at every commit point on the store:
+tests/reliability/test_crash_points.py and test_crash.py.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from dkmsks.storage.landing import take_pending
 from dkmsks.storage.objectstore import ObjectStore
 from dkmsks.warehouse import Warehouse
 from lake_tables import create_tables, partitioned_warehouse
+
+from . import rel_harness as h
 
 pytestmark = pytest.mark.reliability
 
@@ -75,6 +78,22 @@ def test_the_client_on_object_storage_sees_what_it_sees_on_a_folder(tmp_path, s3
     assert store.get(remote.lock_key("sealed"))[0].strip() == b"1"
     assert json.loads(store.get(remote.lock_key("landing.lock"))[0])["state"] == "free"
     assert not (remote.root / "tables").exists() and not (remote.root / "locks").exists()
+
+
+def test_the_dags_checks_read_the_store_and_name_the_warehouse_by_its_uri(s3_warehouse):
+    """The DAGs' Spark-free checks (dkmsks.storage.progress) on object storage: they read the
+    Delta logs on the store, and their messages name the warehouse's URI (they named its local
+    home, a folder of this host that holds no table)."""
+    from dkmsks.storage.progress import microbatch_skip_reason, partition_skip_reason, repartition_skip_reason
+
+    empty = Warehouse(s3_warehouse + "/empty")
+    for reason in (microbatch_skip_reason(empty, scheduled=True), repartition_skip_reason(empty, scheduled=True)):
+        assert reason is not None and f"no partition plan yet in {empty.uri}:" in reason, reason
+    warehouse = partitioned_warehouse(s3_warehouse, objects=O_INIT, subscriptions=LIVE)
+    reason = partition_skip_reason(warehouse)
+    assert reason is not None and reason.startswith(f"the initial partitioning of {s3_warehouse} is done"), reason
+    assert str(warehouse.root) not in reason
+    assert microbatch_skip_reason(warehouse, scheduled=True).startswith("no timestamp landed after")
 
 
 # --------------------------------------------------------------------------- the writer lease
@@ -140,6 +159,25 @@ def test_a_holder_killed_with_kill_9_frees_the_writer_lock_within_its_lease(s3_w
         assert Lake.of(warehouse).table(tables.JOURNAL).transaction_version("dkmsks-writer-fence") == lease.epoch
     finally:
         lock.__exit__(None, None, None)
+
+
+def test_a_waiter_that_gives_up_names_the_lease_object_and_its_holder(s3_warehouse):
+    """WriterBusy names the lock's object once (its URI had the warehouse's prefix twice:
+    ``s3://dkmsks/p/p/locks/default.lock``) and who holds it."""
+    from dkmsks.storage.writer_lock import WriterBusy, writer_lock
+
+    warehouse = Warehouse(s3_warehouse)
+    create_tables(warehouse)
+    holder, _ = start_holder(s3_warehouse)
+    try:
+        with pytest.raises(WriterBusy) as busy, writer_lock(warehouse, "waiter", timeout=0.5):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(busy.value)
+    assert f"another job holds {s3_warehouse}/locks/default.lock (holder: holder on " in message, message
+    assert f"pid {holder.pid}" in message and "\n" not in message, message
 
 
 def test_a_holder_stopped_past_its_lease_cannot_commit_over_its_successor(s3_warehouse, monkeypatch):
@@ -286,3 +324,53 @@ def test_a_lease_this_process_failed_to_give_back_is_taken_back_at_once(s3_wareh
     assert time.monotonic() - started < 5
     again.release()
     assert json.loads(store.get(key)[0])["state"] == "free"
+
+
+def test_the_follow_service_keeps_its_files_in_the_local_home(s3_warehouse, tmp_path):
+    """scripts/follow.sh on a warehouse on object storage: its PID, log and status files in this
+    host's local home, and dkm follow given the URI (it made a local folder named ``s3:`` and
+    followed that, an empty warehouse, waiting for a plan for ever)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "follow.sh"
+    home = Warehouse(s3_warehouse).run_dir
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+    def follow(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), action, "--warehouse", s3_warehouse, "--slots", "3", "--nice", "0"],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    started = follow("start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        pid = int((home / "follow-default.pid").read_text())
+        assert f"--warehouse {s3_warehouse} " in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        deadline = time.monotonic() + 180
+        status = home / "follow-default.status.json"
+        while not (status.exists() and json.loads(status.read_text())["state"] == "waiting for a plan"):
+            assert time.monotonic() < deadline and follow("status").returncode == 0, follow("status").stdout
+            time.sleep(0.5)
+    finally:
+        stopped = follow("stop")
+    assert stopped.returncode == 0 and json.loads(status.read_text())["state"] == "stopped", stopped.stdout
+    assert not (script.parents[1] / "s3:").exists()
+
+
+def test_a_copy_of_the_stores_backing_folder_is_served_as_it_was(objectstore, s3_warehouse):
+    """The crash tests snapshot and restore a warehouse on the store by copying the gateway's
+    backing folder of its prefix (tests/reliability/rel_harness.py): copied with their extended
+    attributes, the objects come back with their ETags (a lease's If-Match still holds), and the
+    Delta tables read as before."""
+    warehouse = partitioned_warehouse(s3_warehouse, objects=O_INIT, subscriptions=LIVE)
+    store = ObjectStore.of(warehouse.location)
+    lock = warehouse.lock_key("lock")
+    assert store.create(lock, b'{"epoch": 1}') is not None
+    root = Path(objectstore["DKMSKS_OBJECTSTORE_DIR"])
+    place = h.Place.on_store(s3_warehouse, root, warehouse.root, {})
+    copy = h.Place.on_store(s3_warehouse + "-copy", root, warehouse.root.with_name("copy"), {})
+    h.snapshot(place, place.folder.with_name("snapshot"))
+    h.restore(place.folder.with_name("snapshot"), copy)
+    copied = Warehouse(copy.arg)
+    body, etag = store.get(lock)
+    assert store.get(copied.lock_key("lock")) == (body, etag)
+    assert store.replace(copied.lock_key("lock"), b'{"epoch": 2}', etag) is not None
+    assert Lake.of(copied).read(tables.OBJECTS).sort_by("id").to_pylist() == \
+        Lake.of(warehouse).read(tables.OBJECTS).sort_by("id").to_pylist()

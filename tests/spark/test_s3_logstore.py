@@ -244,3 +244,16 @@ def test_the_logstore_refuses_a_filesystem_without_conditional_create(race):
     assert probe["local"].startswith("java.lang.UnsupportedOperationException")
     assert "fs.s3a.create.conditional.enabled" in probe["local"]
     assert not probe["local_written"]
+
+
+def test_a_driver_without_s3a_says_which_jars_it_lacks_in_one_line(spark):
+    """A driver started without the S3 jars (spark-submit without them on --jars; this
+    process's session, made for a warehouse folder) fails at the session with one line naming
+    the fix, not at its first table with a Py4J stack trace."""
+    from dkmsks.spark.session import require_s3a
+
+    with pytest.raises(FileNotFoundError) as missing:
+        require_s3a(spark)
+    message = str(missing.value)
+    assert "cannot load org.apache.hadoop.fs.s3a.S3AFileSystem" in message and "--jars" in message, message
+    assert "\n" not in message

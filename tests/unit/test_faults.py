@@ -88,3 +88,23 @@ def test_a_new_data_file_in_the_watched_folder_kills(tmp_path):
     (tmp_path / "unset").mkdir()
     done = run_child(code.format(hold=0.5), None, tmp_path / "unset")
     assert done.returncode == 0 and "survived" in done.stdout, done.stderr
+
+
+def test_a_new_name_in_a_listing_kills(tmp_path):
+    """The watch of a table on object storage: a callable listing the table's data keys
+    (:func:`dkmsks.spark.faults.table_data_files`) that shows a new key."""
+    code = """
+        import time
+        from dkmsks.spark.faults import kill_on_new_file
+        keys = {"t/knn_state/worker=0/old.parquet"}
+        with kill_on_new_file("compaction-write", lambda: set(keys), poll=0.01):
+            time.sleep(0.3)
+            print("the same keys do not count")
+            keys.add("t/knn_state/worker=1/part-0.parquet")
+            time.sleep(5)
+        print("survived")
+    """
+    done = run_child(code, "compaction-write", tmp_path)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert "the same keys do not count" in done.stdout and "survived" not in done.stdout
+    assert "worker=1/part-0.parquet" in done.stdout

@@ -100,6 +100,7 @@ def run_microbatch(
             records = journal_records(refresh_weights(server, out), plan_version=info.plan_version, routed=routed,
                                       timestamps=ts, from_t=last, run_id=run_id)
             quarantine_refused(spark, routed.refused, run_id)
+            kill_at("before-journal")  # test-only (DKMSKS_FAULT_KILL_AT): taken and applied, not committed
             report.replayed = not commit(lake, records, to_t)
             kill_at("after-journal")  # test-only (DKMSKS_FAULT_KILL_AT): committed, no metrics yet
             phases["commit"] = (time.perf_counter() - started) * 1e3

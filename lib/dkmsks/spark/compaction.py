@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dkmsks.spark.faults import kill_at, kill_on_new_file
+from dkmsks.spark.faults import kill_at, kill_on_new_file, table_data_files
 from dkmsks.spark.sql_files import run_sql
 from dkmsks.storage import tables
 from dkmsks.storage.journal import last_processed
@@ -84,8 +84,7 @@ def compact(spark: SparkSession, warehouse: Warehouse, *, force: bool = False) -
                 # once it has written a data file and before its commit.
                 kill_at("compaction")
                 check_writer(warehouse)  # on object storage: still the writer (dkmsks.storage.leases)
-                folder = warehouse.table_path(tables.STATE) if warehouse.is_local else None
-                with kill_on_new_file("compaction-write", folder):
+                with kill_on_new_file("compaction-write", table_data_files(warehouse, tables.STATE)):
                     run_sql(spark, "dml/merge_state.sql", target=tables.STATE, source=temp)
         finally:
             spark.catalog.dropTempView(temp)

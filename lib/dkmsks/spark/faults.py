@@ -13,17 +13,21 @@ does), else the driver and its descendants. It first prints one line
 ``fault injection: phase <point>: ...`` (the harness reads it as the phase of the kill).
 Unset (always, outside tests), every check is one dictionary lookup and nothing else happens.
 
-Points (:data:`POINTS`), in the order a micro-batch run reaches them
-(:func:`dkmsks.jobs.microbatch.run_microbatch`):
+Points (:data:`POINTS`), in the order a micro-batch run
+(:func:`dkmsks.jobs.microbatch.run_microbatch`) or a follow round
+(:meth:`dkmsks.jobs.follow.session.FollowSession.step`) reaches them:
 
-- ``after-journal``: the run's journal append (its commit point) has landed; the
+- ``before-journal``: the workers' records are made and the refused events merged into
+  ``quarantine``; the journal append (the commit point) has not been made, the pending
+  timestamps are sealed (taken);
+- ``after-journal``: the run's or round's journal append (its commit point) has landed; the
   compaction and the ``run_metrics`` append have not run;
 - ``compaction``: a compaction (:func:`dkmsks.spark.compaction.compact`) has read its plan,
   state view and source and tagged its transaction; its ``knn_state`` MERGE has not started;
 - ``compaction-write``: the compaction's MERGE has written a new data file into
   ``knn_state``; its commit has not landed (the kill comes from a thread that watches the
-  table's folder, within milliseconds of the first new file; the MERGE's commit comes after
-  every file of its job is written).
+  table's folder, or on object storage lists the table's keys, within milliseconds of the
+  first new file; the MERGE's commit comes after every file of its job is written).
 
 An unknown point is an error (a misspelt point would otherwise never fire).
 """
@@ -35,12 +39,19 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dkmsks.warehouse import Warehouse
 
 ENV = "DKMSKS_FAULT_KILL_AT"
-POINTS = ("after-journal", "compaction", "compaction-write")
+POINTS = ("before-journal", "after-journal", "compaction", "compaction-write")
+#: How often :func:`kill_on_new_file` looks: a folder walk is cheap, a listing of an object
+#: store's keys is a request (~5 ms on a store on the same host).
+FOLDER_POLL, LISTING_POLL = 0.002, 0.02
 
 
 def armed(point: str) -> bool:
@@ -60,21 +71,27 @@ def kill_at(point: str) -> None:
 
 
 @contextmanager
-def kill_on_new_file(point: str, folder: Path | None, poll: float = 0.002) -> Iterator[None]:
-    """While the block runs, die as soon as a data file appears in ``folder`` (not in its
-    ``_delta_log``) when ``$DKMSKS_FAULT_KILL_AT`` names ``point``. ``folder`` None: the table
-    is on object storage, which this watch cannot look at (an armed point is then an error)."""
+def kill_on_new_file(point: str, files: Path | Callable[[], set[str]], poll: float | None = None) -> Iterator[None]:
+    """While the block runs, die as soon as a new data file appears when
+    ``$DKMSKS_FAULT_KILL_AT`` names ``point``: a ``.parquet`` file in the folder ``files`` (not
+    in its ``_delta_log``), or a new name in what the callable ``files`` returns
+    (:func:`table_data_files`: a table on object storage). Looks every ``poll`` seconds
+    (default :data:`FOLDER_POLL` for a folder, :data:`LISTING_POLL` for a listing)."""
     if not armed(point):
         yield
         return
-    if folder is None:
-        raise RuntimeError(f"fault injection at {point} watches a local table folder; this table is on object storage")
-    before = _data_files(folder)
+    if isinstance(files, Path):
+        folder = files
+        list_files: Callable[[], set[str]] = lambda: _data_files(folder)  # noqa: E731
+        poll = FOLDER_POLL if poll is None else poll
+    else:
+        list_files, poll = files, LISTING_POLL if poll is None else poll
+    before = list_files()
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            new = _data_files(folder) - before
+            new = list_files() - before
             if new:
                 _kill(point, f"new file {min(new)}")
             stop.wait(poll)
@@ -86,6 +103,17 @@ def kill_on_new_file(point: str, folder: Path | None, poll: float = 0.002) -> It
     finally:
         stop.set()
         thread.join()
+
+
+def table_data_files(warehouse: Warehouse, name: str) -> Path | Callable[[], set[str]]:
+    """What :func:`kill_on_new_file` watches for table ``name``: its folder, or on object
+    storage a listing of the ``.parquet`` keys under its prefix (not its ``_delta_log``)."""
+    if warehouse.location is None:
+        return warehouse.table_path(name)
+    from dkmsks.storage.objectstore import ObjectStore
+
+    store, prefix = ObjectStore.of(warehouse.location), warehouse.table_key(name) + "/"
+    return lambda: {key for key in store.keys(prefix) if key.endswith(".parquet") and "/_delta_log/" not in key}
 
 
 def _data_files(folder: Path) -> set[str]:

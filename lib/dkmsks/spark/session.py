@@ -173,8 +173,29 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if warehouse.location is not None:
+        require_s3a(spark)
     register(spark, warehouse)
     return spark
+
+
+def require_s3a(spark: SparkSession) -> None:
+    """Raise FileNotFoundError, one line naming the fix, unless the driver can load S3A: under
+    spark-submit the driver's class path is the command line's (``--jars``), and jars in the
+    session's settings (:func:`session_conf`) come too late for it. Without this check the job
+    failed at its first table with a Py4J stack trace ending in ``ClassNotFoundException: Class
+    org.apache.hadoop.fs.s3a.S3AFileSystem not found``."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    from dkmsks.spark.s3 import S3A_FILESYSTEM
+
+    try:
+        spark.sparkContext._jsc.hadoopConfiguration().getClassByName(S3A_FILESYSTEM)
+    except Py4JJavaError:
+        raise FileNotFoundError(
+            f"the warehouse is on object storage, but this Spark driver cannot load {S3A_FILESYSTEM}: give "
+            "spark-submit the S3 jars (--jars with .cache/jars-s3/*.jar beside Delta's; "
+            "dkmsks.spark.session.spark_submit_conf_args lists them)") from None
 
 
 def stop_session_and_jvm(spark: SparkSession) -> None:

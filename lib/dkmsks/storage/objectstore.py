@@ -202,6 +202,15 @@ class ObjectStore:
         except Exception as err:
             raise self._failure(err) from err
 
+    def keys(self, prefix: str) -> list[str]:
+        """The keys of every object whose key starts with ``prefix``."""
+        import obstore
+
+        try:
+            return [str(meta["path"]) for chunk in obstore.list(self._store, prefix=prefix) for meta in chunk]
+        except Exception as err:
+            raise self._failure(err) from err
+
     # ------------------------------------------------------------------ writes
     def put(self, key: str, data: bytes) -> str:
         """Write the object whatever is there; its new ETag."""

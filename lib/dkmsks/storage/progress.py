@@ -34,7 +34,7 @@ def partition_skip_reason(warehouse: Warehouse) -> str | None:
     last = _last_processed(Lake.of(warehouse))
     if last is None:
         return None
-    return (f"the initial partitioning of {warehouse.root} is done (ledger through t = {last}): nothing to do "
+    return (f"the initial partitioning of {warehouse} is done (ledger through t = {last}): nothing to do "
             "(dkmsks_repartition makes new plans)")
 
 
@@ -48,7 +48,7 @@ def repartition_skip_reason(warehouse: Warehouse, *, scheduled: bool) -> str | N
     lake = Lake.of(warehouse)
     plan = _current_plan(lake)
     if plan is None:
-        return f"no partition plan yet in {warehouse.root}: nothing to repartition (the partition DAG makes the first)"
+        return f"no partition plan yet in {warehouse}: nothing to repartition (the partition DAG makes the first)"
     if not scheduled:
         return None
     try:
@@ -75,7 +75,7 @@ def microbatch_skip_reason(warehouse: Warehouse, *, scheduled: bool) -> str | No
         return None
     lake = Lake.of(warehouse)
     if _current_plan(lake) is None:
-        return f"no partition plan yet in {warehouse.root}: nothing to process (the partition DAG makes the first)"
+        return f"no partition plan yet in {warehouse}: nothing to process (the partition DAG makes the first)"
     last = _last_processed(lake)
     if last is None:  # the first run has not finished: the job finds out what to do
         return None

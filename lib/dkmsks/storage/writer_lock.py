@@ -117,7 +117,8 @@ def lease_lock(warehouse: Warehouse, kind: str, job: str, *, timeout: float | No
         try:
             lease.acquire(wait)
         except TimeoutError as err:
-            raise WriterBusy(f"{job}: another job holds {warehouse.uri}/{warehouse.lock_key(kind)} "
+            where = warehouse.location.uri("locks", f"{warehouse.database}.{kind}")
+            raise WriterBusy(f"{job}: another job holds {where} "
                              f"(holder: {err}); waited {wait:.0f} s — retry later, "
                              "or raise DKMSKS_LOCK_TIMEOUT") from None
         if fenced:

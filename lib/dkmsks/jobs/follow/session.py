@@ -29,6 +29,7 @@ from dkmsks.jobs.follow.spool import SpoolChannel
 from dkmsks.jobs.follow.worker_loop import default_processes, follow_worker_loop
 from dkmsks.spark.bridge import warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
+from dkmsks.spark.faults import kill_at
 from dkmsks.spark.main_server import RoutedBatch, build_main_server, refresh_weights, route
 from dkmsks.spark.quarantine import quarantine_refused
 from dkmsks.storage import tables
@@ -285,10 +286,12 @@ class FollowSession:
                                   run_id=self.run_id)
         quarantine_refused(self.spark, routed.refused, self.run_id)
         files = self._change_files_for(routed)
+        kill_at("before-journal")  # test-only (DKMSKS_FAULT_KILL_AT): taken and applied, not committed
         committed = (commit_with_files(lake, records, written, to_t, schema=files.schema) if files is not None
                      else commit(lake, records, to_t))
         if not committed:
             raise StateChanged(f"timestamps up to {to_t} were committed by another job; restarting follow mode")
+        kill_at("after-journal")  # test-only: the round is committed, its run_metrics not written
         self.journal_version = lake.version(tables.JOURNAL)
         report.phases_ms["commit"] = (time.perf_counter() - started) * 1e3
         record_run_metrics(lake, self.run_id, "follow", self.last, to_t, report.phases_ms)
