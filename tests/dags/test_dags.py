@@ -666,7 +666,7 @@ def test_spark_submit_pins_the_local_address_to_the_drivers_bind_address(common,
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXPECTED))
-def test_spark_submit_gets_the_s3_jars_for_a_warehouse_on_object_storage(dagbag, dag_id, tmp_path, monkeypatch):
+def test_spark_submit_jars_are_those_the_session_lists(dagbag, dag_id, tmp_path, monkeypatch):
     """A job's session settings come after its driver's JVM started, so S3A, the AWS SDK and the
     LogStore reach its class path only through spark-submit's --jars: for a warehouse on object
     storage they are there, as the session lists them; for a folder only Delta's."""
