@@ -171,7 +171,7 @@ def plot_spark(res: Results, img: Path) -> Path | None:
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    for me in ("kop", "sop", "dkm"):
+    for me in ("dkm", "ps2", "kop", "sop"):
         pts = sorted((r["point"]["m"], summarize_spark(r)) for r in recs if r["point"]["method"] == me)
         if not pts:
             continue
