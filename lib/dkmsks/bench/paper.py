@@ -370,9 +370,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="run the Spark CLI of this source tree (e.g. a snapshot of a commit) instead of "
                         "the installed one")
     q.add_argument("--report-only", action="store_true", help="measure nothing; rewrite plots and report")
-    q.add_argument("--previous-report", default=None, metavar="COMMIT",
-                   help="the commit whose docs/paper-reproduction.md holds the sections this run did not "
-                        "measure (the report points there instead of repeating stale numbers)")
+    q.add_argument("--no-older", action="store_true",
+                   help="a report section whose experiment has no point in the store fails the report, instead of "
+                        "keeping the last measured version of it from the report's git history (marked as older, "
+                        "with its commit and dates)")
     q.add_argument("--no-report", action="store_true", help="measure only")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     q.add_argument("--reserve-gib", type=float, default=RESERVE_GIB,
@@ -446,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dkmsks.bench.paper_report import write_report
 
         write_report(cfg, store, docs, img, command=" ".join(["dkm", "bench", "paper", *argv]),
-                     spark_points=scfg.points() if spark_on else [], previous=args.previous_report)
+                     spark_points=scfg.points() if spark_on else [], history=not args.no_older)
         print(f"wrote {docs} and plots in {img}")
     print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
