@@ -43,10 +43,14 @@ _JAVA_ERROR = re.compile(r"^(?::\s*)?((?:java|scala|org)\.[\w.$]+(?:Error|Except
 
 def fetch(artifact: str, version: str, jars: Path, timeout: float = 900) -> tuple[Path | None, str]:
     """The jar of ``GROUP:artifact:version`` in ``jars`` (fetched with Maven once), or the
-    reason it could not be had."""
+    reason it could not be had. Maven Central's "not found" is final: it is kept beside the jars
+    (``<artifact>-<version>.missing``) and not asked again."""
     jar = jars / f"{artifact}-{version}.jar"
+    missing = jars / f"{artifact}-{version}.missing"
     if jar.is_file():
         return jar, ""
+    if missing.is_file():
+        return None, missing.read_text().strip()
     jars.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run(["mvn", "-B", "-q", "dependency:copy", f"-Dartifact={GROUP}:{artifact}:{version}",
@@ -59,7 +63,10 @@ def fetch(artifact: str, version: str, jars: Path, timeout: float = 900) -> tupl
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "Could not find artifact" in line]
     text = lines[0] if lines else (done.stdout + done.stderr).strip().splitlines()[-1:]
     found = re.search(r"Could not find artifact \S+", str(text))
-    return None, found.group(0) if found else str(text)[:300]
+    if found:
+        missing.write_text(found.group(0) + " in Maven Central\n")
+        return None, found.group(0) + " in Maven Central"
+    return None, str(text)[:300]
 
 
 def probe(jar: Path) -> list[tuple[int, int]]:
