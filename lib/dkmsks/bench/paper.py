@@ -307,7 +307,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="dkm bench paper",
         description=(
             "Runs the paper's protocol (docs/design.md §5) on the real Place data and the Twitter stand-in "
-            "for KOP, SOP and DkM-SKS with the in-memory engine (m simulated workers): update time "
+            "for KOP, SOP, DkM-SKS and PS²Stream with the in-memory engine (m simulated workers): update time "
             "over time (Fig. 7), the impact of m (Fig. 8), |S| (Fig. 9) and k_max (Fig. 10), load "
             "balance (Table 2) and the kNN update / insertion / deletion split (Table 3), each with "
             "the deterministic work counters; and the default setting and the m sweep on the Spark "

@@ -161,6 +161,13 @@ def write_report(cfg: PaperConfig, store: Store, docs: Path, img: Path, *, comma
     spark_png = plot_spark(res, img)
     if spark_png is not None:
         pngs["spark"] = spark_png
+    # Figure 9 run alone to |S| = 10M (bench/paper_full.sh d + sweep-report) has a report of its
+    # own beside this one: the Figure 9 section links it and shows its plot.
+    alone = docs.parent / "paper-fig9.md"
+    if alone.is_file() and alone.resolve() != docs.resolve():
+        pngs["fig9_alone"] = alone
+        if (docs.parent / "img" / "paper-fig9" / "fig9.png").is_file():
+            pngs["fig9_alone_png"] = docs.parent / "img" / "paper-fig9" / "fig9.png"
     older = Older(History(docs) if history else None, img, docs)
     docs.write_text(render(res, {k: rel(v, docs) for k, v in pngs.items()}, command, older))
 
@@ -185,6 +192,10 @@ def render(res: Results, pngs: dict[str, str], command: str, older: Older) -> st
     parts += [_workers(res, pngs.get("workers")), _ps2(res)]
     for fig in SWEEPS:
         parts += section(fig, lambda fig=fig: _sweep(res, fig, pngs[fig]))
+        if fig == "fig9" and "fig9_alone" in pngs and "fig9" in exps:
+            plot = pngs.get("fig9_alone_png")
+            parts.append(prose("sweep.fig9_alone", doc=pngs["fig9_alone"],
+                               plot=f"\n\n![{prose('sweep.fig9_alone.title')}]({plot})" if plot else ""))
     parts += section("spark", lambda: _spark(res, pngs.get("spark")))
     parts += [_sedona(res), _differences(res), _missing(res)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
