@@ -907,6 +907,10 @@ def _missing(res: Results) -> str:
     ten_m = _ten_m_not_planned(res)
     if ten_m:
         lines.append(ten_m)
+    unmeasured = [e for e in covered(res) if not (res.spark() if e == "spark" else res.measured(e))]
+    if unmeasured:
+        lines.append(prose("missing.older", sections=", ".join(section_key(t) for e in unmeasured
+                                                                for t in SECTIONS[e])))
     # A section none of whose points was measured is reported as not regenerated, not point by point.
     full = replace(cfg, figures=tuple(f for f in FIGURES if res.measured(f)))
     spark = res.spark_planned if res.spark() else []
