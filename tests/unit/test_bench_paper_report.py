@@ -133,3 +133,20 @@ def test_a_section_without_points_keeps_its_last_measured_version_marked_older(t
     assert f"]({restored})" in body and (docs.parent / restored).read_bytes() == b"\x89PNG old plot"
     # the measured sections are this store's
     assert "older" not in section(docs.read_text(), "Figure 9")
+
+
+def test_the_committed_report_has_every_section_of_the_papers_experiments() -> None:
+    """docs/paper-reproduction.md as committed: a section for each table and figure of §6, each
+    either measured (a plot beside a table with the four methods' columns) or marked as an
+    older measurement."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "paper-reproduction.md"
+    doc = docs.read_text()
+    for key in PAPER_SECTIONS:
+        body = section(doc, key)
+        if "<!-- older:" in body:
+            assert "**Older measurement.**" in body and re.search(r"at commit `[0-9a-f]{10}`", body), key
+            continue
+        plots = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", body)
+        assert plots and all((docs.parent / plot).is_file() for plot in plots), key
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines() if line.startswith("| ")]
+        assert any(all(name in cells for name in METHOD_COLUMNS) for cells in rows), key
