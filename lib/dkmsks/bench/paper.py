@@ -85,6 +85,11 @@ def _metrics_columns(metrics: Sequence[Any]) -> dict[str, list[float | int]]:
 _BASE_GIB, _GIB_PER_MILLION_SUBS = 1.5, 1.2
 
 
+#: Memory left to the rest of a shared machine: a workload whose guard (above) would leave less
+#: available is not started (``--reserve-gib``).
+RESERVE_GIB = 4.0
+
+
 def _need_gib(subs: int) -> float:
     return _BASE_GIB + _GIB_PER_MILLION_SUBS * subs / 1e6
 
@@ -93,8 +98,9 @@ class Runner:
     """Measures the points of a :class:`PaperConfig` not yet in the store."""
 
     def __init__(self, cfg: PaperConfig, store: Store, *, progress: bool = True,
-                 log: Any = None) -> None:
+                 log: Any = None, reserve_gib: float = RESERVE_GIB) -> None:
         self.cfg = cfg
+        self.reserve_gib = reserve_gib
         self.store = store
         self.progress = progress
         self.log = log if log is not None else sys.stderr
@@ -150,9 +156,9 @@ class Runner:
 
         dataset, o_init_n, subs_n, k_max, seed = key
         need, avail = _need_gib(subs_n), available_memory_gib()
-        if need > avail:
-            why = (f"needs about {need:.0f} GiB ({_GIB_PER_MILLION_SUBS} GiB per million subscriptions) but "
-                   f"only {avail:.1f} GiB is available")
+        if need + self.reserve_gib > avail:
+            why = (f"needs about {need:.0f} GiB ({_GIB_PER_MILLION_SUBS} GiB per million subscriptions) and "
+                   f"{self.reserve_gib:g} GiB left to the machine, but only {avail:.1f} GiB is available")
             self.say(f"skip {dataset} |S|={subs_n:,}: {why}")
             for p in pts:
                 yield p, point_record(p, "failed", error=why)
@@ -171,8 +177,11 @@ class Runner:
         c2 = time.perf_counter()
         stats = ObjectStatistics.build(o_init, n_kw, workers=usable_cores())
         c3 = time.perf_counter()
+        # ``group`` names this setup: the points of one workload share it (and its seconds), so the
+        # machine time of a run counts it once.
         setup = {"workload_s": c1 - c0, "knn_init_s": c2 - c1, "stats_s": c3 - c2,
-                 "keywords": n_kw, "objects_in_stream": len(objects) - len(o_init)}
+                 "keywords": n_kw, "objects_in_stream": len(objects) - len(o_init),
+                 "group": f"{os.getpid()}-{time.time():.6f}"}
         self.say(f"{dataset}: |O_init|={len(o_init):,} |S|={len(subs):,} k_max={k_max} T={T} "
                  f"({n_kw:,} keywords): workload {c1 - c0:.1f}s, initial kNN {c2 - c1:.1f}s, "
                  f"statistics {c3 - c2:.1f}s")
@@ -216,6 +225,7 @@ class Runner:
         from dkmsks.core.partition import MainServer, partition
 
         load0 = load_average()
+        started = time.perf_counter()
         config = p.config()
         cached = plans.get((p.method, p.m))
         if cached is None:
@@ -268,6 +278,9 @@ class Runner:
         rec["load_avg"] = [load0, load_average()]
         rec["load_ts"] = loads
         rec["peak_rss_gib"] = _peak_rss_gib()
+        # the point's own seconds (its partition plan when it built one, its engine, its
+        # timestamps), beside the workload's shared setup
+        rec["elapsed_s"] = time.perf_counter() - started
         upd = np.mean(cols["update"]) if cols["update"] else float("nan")
         self.say(f"{label} T={p.T}: mean update {1e3 * upd:.1f} ms, mean balance "
                  f"{1e3 * np.mean(cols['balance']):.1f} ms, mean work {np.mean(cols['work']):,.0f} "
@@ -294,7 +307,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="dkm bench paper",
         description=(
             "Runs the paper's protocol (docs/design.md §5) on the real Place data and the Twitter stand-in "
-            "for KOP, SOP and DkM-SKS with the in-memory engine (m simulated workers): update time "
+            "for KOP, SOP, DkM-SKS and PS²Stream with the in-memory engine (m simulated workers): update time "
             "over time (Fig. 7), the impact of m (Fig. 8), |S| (Fig. 9) and k_max (Fig. 10), load "
             "balance (Table 2) and the kNN update / insertion / deletion split (Table 3), each with "
             "the deterministic work counters; and the default setting and the m sweep on the Spark "
@@ -357,11 +370,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="run the Spark CLI of this source tree (e.g. a snapshot of a commit) instead of "
                         "the installed one")
     q.add_argument("--report-only", action="store_true", help="measure nothing; rewrite plots and report")
-    q.add_argument("--previous-report", default=None, metavar="COMMIT",
-                   help="the commit whose docs/paper-reproduction.md holds the sections this run did not "
-                        "measure (the report points there instead of repeating stale numbers)")
+    q.add_argument("--no-older", action="store_true",
+                   help="a report section whose experiment has no point in the store fails the report, instead of "
+                        "keeping the last measured version of it from the report's git history (marked as older, "
+                        "with its commit and dates)")
     q.add_argument("--no-report", action="store_true", help="measure only")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
+    q.add_argument("--reserve-gib", type=float, default=RESERVE_GIB,
+                   help="memory to leave available to the rest of the machine: a workload whose expected "
+                        "peak would leave less is skipped and recorded as failed (%(default)s)")
     return q.parse_args(argv)
 
 
@@ -423,14 +440,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        datasets=args.spark_datasets, seed=cfg.seed, k_max=cfg.k_max,
                        code_root=args.spark_code, **({"master": args.spark_master} if args.spark_master else {}))
     if not args.report_only:
-        Runner(cfg, store, progress=not args.quiet).run()
+        Runner(cfg, store, progress=not args.quiet, reserve_gib=args.reserve_gib).run()
         if spark_on:
             run_spark_points(scfg, store, out, progress=not args.quiet)
     if not args.no_report:
         from dkmsks.bench.paper_report import write_report
 
         write_report(cfg, store, docs, img, command=" ".join(["dkm", "bench", "paper", *argv]),
-                     spark_points=scfg.points() if spark_on else [], previous=args.previous_report)
+                     spark_points=scfg.points() if spark_on else [], history=not args.no_older)
         print(f"wrote {docs} and plots in {img}")
     print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0

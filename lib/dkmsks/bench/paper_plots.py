@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from dkmsks.bench.common import DATASET_NAMES
-from dkmsks.bench.paper_results import NAMES, SWEEPS, Results, label, per_worker, short, summarize_spark
+from dkmsks.bench.paper_results import METHODS, NAMES, SWEEPS, Results, label, per_worker, short, summarize_spark
 
 COLORS = {("kop", "live"): "tab:blue", ("sop", "live"): "tab:orange", ("dkm", "live"): "tab:green",
           ("dkm", "paper"): "tab:olive", ("sop", "paper"): "tab:red", ("ps2", "live"): "tab:purple"}
@@ -55,7 +55,8 @@ def plot_series(res: Results, img: Path) -> dict[str, Path]:
             ax.set_xlabel("timestamp")
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
         fig.suptitle("Figure 7: " + ("update time as a function of time" if what == "time"
                                      else "busiest worker's work as a function of time (deterministic)"))
         fig.tight_layout()
@@ -171,7 +172,7 @@ def plot_spark(res: Results, img: Path) -> Path | None:
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    for me in ("kop", "sop", "dkm"):
+    for me in ("dkm", "ps2", "kop", "sop"):
         pts = sorted((r["point"]["m"], summarize_spark(r)) for r in recs if r["point"]["method"] == me)
         if not pts:
             continue
@@ -193,6 +194,77 @@ def plot_spark(res: Results, img: Path) -> Path | None:
     fig.suptitle("Spark pipeline (dkm run): impact of m")
     fig.tight_layout()
     path = img / "spark_m.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_table2(res: Results, img: Path, paper: dict[str, dict[str, float]]) -> Path | None:
+    """Table 2 as bars: each method's load balance relative to DkM-SKS's, the paper's beside
+    ours, one panel per data set (``paper``: the paper's Table 2); ``None`` when nothing of it
+    was measured."""
+    rows = {ds: res.default_setting(ds) for ds in res.cfg.datasets}
+    if not any(("dkm", "live") in summ for summ in rows.values()):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(rows), figsize=(6.0 * len(rows), 3.8), squeeze=False)
+    methods = [me for me in METHODS if me != "dkm"]
+    for ax, (ds, summ) in zip(axes[0], rows.items(), strict=True):
+        x = np.arange(len(methods))
+        d = summ.get(("dkm", "live"))
+        ours = [summ[(me, "live")]["balance"] / d["balance"] if d and (me, "live") in summ and d["balance"] > 0
+                else np.nan for me in methods]
+        theirs = [paper[ds][me] / paper[ds]["dkm"] for me in methods]
+        ax.bar(x - 0.2, theirs, 0.4, label="paper", color="lightgray", edgecolor="black")
+        ax.bar(x + 0.2, ours, 0.4, label="ours", color=[COLORS[(me, "live")] for me in methods])
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_xticks(x)
+        ax.set_xticklabels([NAMES[me] for me in methods])
+        ax.set_yscale("log")
+        ax.set_ylabel("load balance / DkM-SKS's")
+        ax.set_title(DATASET_NAMES[ds], fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Table 2: load balance relative to DkM-SKS (default setting)")
+    fig.tight_layout()
+    path = img / "table2.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_table3(res: Results, img: Path, paper: dict[str, dict[str, float]]) -> Path | None:
+    """Table 3 as bars: kNN update, insertion and deletion per method, the paper's (Place)
+    beside ours per data set (``paper``: the paper's Table 3); ``None`` when nothing of it was
+    measured."""
+    panels = [("paper, Place", {me: {part: paper[part][me] for part in ("knn", "insert", "delete")} for me in METHODS})]
+    for ds in res.cfg.datasets:
+        summ = res.default_setting(ds)
+        ours = {me: summ[(me, "live")] for me in METHODS if (me, "live") in summ}
+        if ours:
+            panels.append((f"ours, {DATASET_NAMES[ds]}", ours))
+    if len(panels) == 1:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    parts = (("knn", "kNN update", "tab:gray"), ("insert", "subscription ins.", "tab:cyan"),
+             ("delete", "subscription del.", "tab:pink"))
+    for ax, (title, by_method) in zip(axes[0], panels, strict=True):
+        methods = [me for me in METHODS if me in by_method]
+        x = np.arange(len(methods))
+        for j, (key, name, color) in enumerate(parts):
+            ax.bar(x + (j - 1) * 0.27, [max(by_method[me][key], 1e-3) for me in methods], 0.27, label=name,
+                   color=color)
+        ax.set_xticks(x)
+        ax.set_xticklabels([NAMES[me] for me in methods])
+        ax.set_yscale("log")
+        ax.set_ylabel("ms per timestamp")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Table 3: decomposed update time (default setting)")
+    fig.tight_layout()
+    path = img / "table3.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

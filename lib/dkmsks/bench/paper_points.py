@@ -24,7 +24,9 @@ from dkmsks.core.config import DEFAULTS, Method, NewCost, PartitionConfig, Ps2Ne
 VARIANTS_SERIES: tuple[tuple[str, str], ...] = (
     ("dkm", "live"), ("ps2", "live"), ("kop", "live"), ("sop", "live"), ("dkm", "paper"), ("sop", "paper"),
 )
-VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (("dkm", "live"), ("dkm", "paper"), ("kop", "live"), ("sop", "live"))
+VARIANTS_SWEEP: tuple[tuple[str, str], ...] = (
+    ("dkm", "live"), ("dkm", "paper"), ("ps2", "live"), ("kop", "live"), ("sop", "live"),
+)
 #: The experiments. ``ps2long``: PS²Stream alone at the default setting of Tables 2-3 over the
 #: Figure 7 run's timestamps, when those are different streams (the paper's observation on
 #: PS²Stream is about its workers over time at the default setting).

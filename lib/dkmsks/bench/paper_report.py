@@ -8,15 +8,21 @@ the sentences the data supports. Rerunning the report never measures anything.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import shutil
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dkmsks.bench.common import DATASET_NAMES, describe_machine, load_average, machine, utc_now
-from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep, plot_workers
+from dkmsks.bench.paper_history import History, section_key
+from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep, plot_table2, plot_table3, plot_workers
 from dkmsks.bench.paper_points import FIGURES, PaperConfig, Store
 from dkmsks.bench.paper_results import (
     AVOIDED_BELOW,
@@ -32,6 +38,7 @@ from dkmsks.bench.paper_results import (
     per_worker,
     ps2_observation,
     short,
+    summarize,
     summarize_spark,
 )
 from dkmsks.bench.prose import Prose
@@ -83,15 +90,68 @@ def _row(*cells: object) -> str:
 
 
 # --------------------------------------------------------------------------- document
+class ReportError(RuntimeError):
+    """A report that would drop a section: its experiment has no point in the store and no
+    earlier measurement of it is at hand."""
+
+
+#: The sections of the paper's §6 per experiment, by title, in report order.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "tables": ("Headline: the default setting", "Table 2: load balance (ms), default setting",
+               "Table 3: decomposed update time (ms per timestamp), default setting"),
+    "fig7": ("Figure 7: update time as a function of time",),
+    **{fig: (title,) for fig, title in SWEEPS.items()},
+    "spark": ("Spark pipeline (workers = Spark tasks)",),
+}
+
+
+class Older:
+    """Where a section without a measured point comes from: the newest version of it that the
+    report's git history measured (:class:`~dkmsks.bench.paper_history.History`), its plots
+    restored beside this report's; ``None`` history: such a section fails the report."""
+
+    def __init__(self, history: History | None, img: Path, docs: Path) -> None:
+        self.history, self.img, self.docs = history, img, docs
+
+    def section(self, experiment: str, title: str) -> str:
+        """The section ``title`` as last measured, under a banner naming its commit and dates."""
+        found = self.history.find(title) if self.history is not None else None
+        if found is None or self.history is None:
+            where = (f"the report's git history ({self.history.rel}) holds no measured version of it"
+                     if self.history is not None and self.history.rel else "no earlier report was searched")
+            raise ReportError(
+                f"section '{title}' ({experiment}) has no measured point in the result store and {where}: "
+                f"measure it (bench/paper_full.sh) or leave it out of --figures")
+        banner = prose("older", commit=found.commit[:10], committed=found.committed[:10],
+                       generated=found.generated or prose("older.unknown"),
+                       measured=found.measured or prose("older.unknown"))
+        return f"## {title}\n\n{banner}\n\n{self.history.restore_images(found, self.img, self.docs)}"
+
+
+def covered(res: Results) -> list[str]:
+    """The experiments this report has sections for: the configured ones and those with a
+    measured point (a sweep re-run alone has the default setting's), and the Spark points when
+    planned or stored."""
+    out = [e for e in SECTIONS if e != "spark" and (e in res.cfg.figures or res.measured(e))]
+    if res.spark_planned or res.spark():
+        out.append("spark")
+    return out
+
+
 def write_report(cfg: PaperConfig, store: Store, docs: Path, img: Path, *, command: str,
-                 spark_points: list[Any] | None = None, previous: str | None = None) -> None:
-    """Plots and the report from the store. A section with no measured point is not
-    regenerated: its plot is not drawn and the report says so, naming ``previous``, the commit
-    whose report holds its last measurement."""
+                 spark_points: list[Any] | None = None, history: bool = True) -> None:
+    """Plots and the report from the store. A section of a configured experiment with no
+    measured point keeps its last measured version from the report's git history (``history``),
+    marked as older, with its commit and dates; without one, :class:`ReportError`."""
     img.mkdir(parents=True, exist_ok=True)
     docs.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(img / "older", ignore_errors=True)  # restored again below, for the sections that need them
     res = Results(cfg, store, spark_points)
     pngs: dict[str, Path] = {}
+    if res.measured("tables"):
+        for name, path in (("table2", plot_table2(res, img, PAPER_T2)), ("table3", plot_table3(res, img, PAPER_T3))):
+            if path is not None:
+                pngs[name] = path
     if res.measured("fig7"):
         pngs.update({f"fig7_{what}": path for what, path in plot_series(res, img).items()})
     workers_png = plot_workers(res, img)
@@ -101,30 +161,44 @@ def write_report(cfg: PaperConfig, store: Store, docs: Path, img: Path, *, comma
     spark_png = plot_spark(res, img)
     if spark_png is not None:
         pngs["spark"] = spark_png
-    docs.write_text(render(res, {k: rel(v, docs) for k, v in pngs.items()}, command, previous))
+    # Figure 9 run alone to |S| = 10M (bench/paper_full.sh d + sweep-report) has a report of its
+    # own beside this one: the Figure 9 section links it and shows its plot.
+    alone = docs.parent / "paper-fig9.md"
+    if alone.is_file() and alone.resolve() != docs.resolve():
+        pngs["fig9_alone"] = alone
+        if (docs.parent / "img" / "paper-fig9" / "fig9.png").is_file():
+            pngs["fig9_alone_png"] = docs.parent / "img" / "paper-fig9" / "fig9.png"
+    older = Older(History(docs) if history else None, img, docs)
+    docs.write_text(render(res, {k: rel(v, docs) for k, v in pngs.items()}, command, older))
 
 
-def render(res: Results, pngs: dict[str, str], command: str, previous: str | None = None) -> str:
-    """The report; ``pngs`` maps a plot (``fig7_time``, ``fig8``, ``spark``...) to its link;
-    a sweep without a plot, and the Spark points when none was measured, are reported as not
-    regenerated in this run (with ``previous``, the commit whose report holds them)."""
-    parts = [_title(res, command), _machine(res), _parameters(res), _headline(res), _table2(res),
-             _table3(res), _fig7(res, pngs) if "fig7_time" in pngs else _not_regenerated("fig7", previous),
-             _workers(res, pngs.get("workers")), _ps2(res)]
-    parts += [_sweep(res, fig, pngs[fig]) if fig in pngs else _not_regenerated(fig, previous) for fig in SWEEPS]
-    parts += [_spark(res, pngs.get("spark")) if res.spark() else _not_regenerated("spark", previous),
-              _differences(res), _missing(res)]
+def render(res: Results, pngs: dict[str, str], command: str, older: Older) -> str:
+    """The report; ``pngs`` maps a plot (``fig7_time``, ``fig8``, ``spark``...) to its link. A
+    covered experiment (:func:`covered`) without a measured point gets its sections from
+    ``older``."""
+    exps = covered(res)
+
+    def section(exp: str, *makers: Any) -> list[str]:
+        if exp not in exps:
+            return []
+        if bool(res.spark()) if exp == "spark" else res.measured(exp):
+            return [make() for make in makers]
+        return [older.section(exp, title) for title in SECTIONS[exp]]
+
+    parts = [_title(res, command, exps), _machine(res), _parameters(res)]
+    parts += section("tables", lambda: _headline(res), lambda: _table2(res, pngs.get("table2")),
+                  lambda: _table3(res, pngs.get("table3")))
+    parts += section("fig7", lambda: _fig7(res, pngs))
+    parts += [_workers(res, pngs.get("workers")), _ps2(res)]
+    for fig in SWEEPS:
+        parts += section(fig, lambda fig=fig: _sweep(res, fig, pngs[fig]))
+        if fig == "fig9" and "fig9_alone" in pngs and "fig9" in exps:
+            plot = pngs.get("fig9_alone_png")
+            parts.append(prose("sweep.fig9_alone", doc=pngs["fig9_alone"],
+                               plot=f"\n\n![{prose('sweep.fig9_alone.title')}]({plot})" if plot else ""))
+    parts += section("spark", lambda: _spark(res, pngs.get("spark")))
+    parts += [_sedona(res), _differences(res), _missing(res)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
-
-
-#: The section titles a not-regenerated section keeps.
-_SECTION_TITLES = {"fig7": "Figure 7: update time as a function of time", **SWEEPS,
-                   "spark": "Spark pipeline (workers = Spark tasks)"}
-
-
-def _not_regenerated(section: str, previous: str | None) -> str:
-    where = prose("not_regenerated.previous", commit=previous[:10]) if previous else ""
-    return prose("not_regenerated", title=_SECTION_TITLES[section], previous=where and " " + where)
 
 
 def _commits(recs: list[dict[str, Any]]) -> str:
@@ -150,11 +224,56 @@ def _load(recs: list[dict[str, Any]]) -> tuple[float, float, float]:
     return (min(loads), median(loads), max(loads)) if loads else (float("nan"),) * 3
 
 
-def _title(res: Results, command: str) -> str:
+def _title(res: Results, command: str, exps: list[str]) -> str:
     recs = list(res.store.records.values())
     dates = sorted(r["date"] for r in recs if r.get("date"))
+    left_out = [e for e in SECTIONS if e not in exps]
+    coverage = "" if not left_out else " " + prose(
+        "title.partial", sections=", ".join(section_key(t) for e in left_out for t in SECTIONS[e]))
     return prose("title", command=command, date=utc_now(), records=len(recs), commits=_commits(recs),
-                 first=dates[0] if dates else "–", last=dates[-1] if dates else "–")
+                 first=dates[0] if dates else "–", last=dates[-1] if dates else "–", coverage=coverage,
+                 machine_time=machine_time_text(res.store))
+
+
+def machine_time(store: Store) -> dict[str, float]:
+    """The machine time of the measurements in ``store``, in seconds: each successful point's
+    own time (``elapsed_s``; a Spark point's generate, run and sql), each engine workload's
+    set-up once (the points of one set-up share its ``group``), and how many points recorded
+    no time."""
+    points = setups = spark = 0.0
+    groups: set[str] = set()
+    n_engine = n_spark = untimed = 0
+    for rec in store.records.values():
+        if rec.get("status") != "ok":
+            continue
+        if "elapsed_s" not in rec:
+            untimed += 1
+            continue
+        if rec["point"].get("kind") == "spark":
+            spark += rec["elapsed_s"]
+            n_spark += 1
+            continue
+        points += rec["elapsed_s"]
+        n_engine += 1
+        setup = rec.get("setup") or {}
+        if setup.get("group") and setup["group"] not in groups:
+            groups.add(setup["group"])
+            setups += sum(setup.get(k, 0.0) for k in ("workload_s", "knn_init_s", "stats_s"))
+    return {"total": points + setups + spark, "engine": points, "setups": setups, "spark": spark,
+            "n_engine": n_engine, "n_spark": n_spark, "n_setups": len(groups), "untimed": untimed}
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def machine_time_text(store: Store) -> str:
+    """One sentence: the store's machine time (:func:`machine_time`)."""
+    t = machine_time(store)
+    untimed = "" if not t["untimed"] else " " + prose("machine_time.untimed", n=int(t["untimed"]))
+    return prose("machine_time", total=_hours(t["total"]), engine=_hours(t["engine"]), n_engine=int(t["n_engine"]),
+                 setups=_hours(t["setups"]), n_setups=int(t["n_setups"]), spark=_hours(t["spark"]),
+                 n_spark=int(t["n_spark"])) + untimed
 
 
 def _machine(res: Results) -> str:
@@ -277,12 +396,13 @@ def _targets(res: Results) -> str:
     return "\n".join(rows)
 
 
-def _table2(res: Results) -> str:
+def _table2(res: Results, png: str | None) -> str:
     subs = sorted({res.cfg.table_point(ds, "dkm", "live").subs for ds in res.cfg.datasets})
     others = [me for me in METHODS if me != "dkm"]
     lines = [prose("table2", cores=_machines(res.engine())[0]["nproc"], subs=" / ".join(f"{v:,}" for v in subs)),
-             "", _row("data set", "source", *(NAMES[me] for me in METHODS),
-                      *(f"{NAMES[me]} / DkM-SKS" for me in others)), "|---|---|" + "---:|" * (2 * len(METHODS) - 1)]
+             "", *([f"![{prose('table2.png_title')}]({png})", ""] if png else []),
+             _row("data set", "source", *(NAMES[me] for me in METHODS),
+                  *(f"{NAMES[me]} / DkM-SKS" for me in others)), "|---|---|" + "---:|" * (2 * len(METHODS) - 1)]
     for ds in res.cfg.datasets:
         summ = res.default_setting(ds)
         name, pp = DATASET_NAMES[ds], PAPER_T2[ds]
@@ -312,8 +432,8 @@ _T3_PARTS = (("knn", "kNN update"), ("insert", "subscription ins."), ("delete", 
 _T3_OURS = (*((me, "live") for me in METHODS), ("dkm", "paper"), ("sop", "paper"))
 
 
-def _table3(res: Results) -> str:
-    out = [prose("table3")]
+def _table3(res: Results, png: str | None) -> str:
+    out = [prose("table3")] + ([f"![{prose('table3.png_title')}]({png})"] if png else [])
     for ds in res.cfg.datasets:
         summ = res.default_setting(ds)
         d = summ.get(("dkm", "live"))
@@ -360,7 +480,22 @@ def _fig7(res: Results, pngs: dict[str, str]) -> str:
             if g is not None:
                 lines.append(_row(DATASET_NAMES[ds], label(me, nc), f"×{g['update']:.2f}", f"×{g['knn']:.2f}",
                                   f"×{g['insert']:.2f}", f"×{g['work_max']:.2f}", f"{g['imb0']:.2f} → {g['imb1']:.2f}"))
-    return "\n".join(lines)
+    out = ["\n".join(lines), prose("fig7.methods", w=w)]
+    head = ["| data set | timestamps | " + " | ".join(NAMES[me] for me in METHODS) + " | DkM-SKS / best other |",
+            "|---|---|" + "---:|" * (len(METHODS) + 1)]
+    orderings = []
+    for ds in res.cfg.datasets:
+        recs = {me: res.series(ds, me, "live") for me in METHODS}
+        if all(r is None for r in recs.values()):
+            continue
+        n = min(len(r["ts"]["t"]) for r in recs.values() if r is not None)
+        for name, part in ((prose("fig7.window.all", n=n), slice(0, n)), (prose("fig7.window.first", w=w), slice(0, w)),
+                           (prose("fig7.window.last", w=w), slice(n - w, n))):
+            cells = {me: 1e3 * float(np.mean(r["ts"]["update"][part])) for me, r in recs.items() if r is not None}
+            head.append(_row(DATASET_NAMES[ds], name, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
+        whole = {me: summarize(r) for me, r in recs.items() if r is not None}
+        orderings.append(_ordering("fig7", ds, [(prose("fig7.whole_run"), whole)]))
+    return "\n\n".join([*out, "\n".join(head), *orderings])
 
 
 def _settings(res: Results, ds: str) -> list[tuple[str, Any]]:
@@ -481,26 +616,103 @@ def _ps2(res: Results) -> str:
     return "\n\n".join(out)
 
 
+#: A sweep's tables: the summary key, its caption block and how a cell prints.
+_SWEEP_METRICS = (("update", "sweep.metric.update", f1), ("balance", "sweep.metric.balance", f1),
+                  ("work_max", "sweep.metric.work_max", f0), ("work", "sweep.metric.work", f0))
+
+
 def _sweep(res: Results, fig: str, png: str) -> str:
     out = [prose("sweep", title=SWEEPS[fig], png=png)]
     for ds in res.cfg.datasets:
         name, values, table = res.sweep(fig, ds)
-        lines = [f"| {name} | variant | update | load balance | max worker work | work | min work | max/mean |",
-                 "|---:|---|---:|---:|---:|---:|---:|---:|"]
-        for v in values:
-            for (me, nc), cells in table.items():
-                s, why = cells[v]
-                lines.append(_row(f"{v:,}", label(me, nc), why, "", "", "", "", "") if s is None else _row(
-                    f"{v:,}", label(me, nc), f1(s["update"]), f1(s["balance"]), f0(s["work_max"]), f0(s["work"]),
-                    f0(s["min_work"]), f2(s["imbalance"])))
-        out += [prose("sweep.dataset", dataset=DATASET_NAMES[ds], T=res.cfg.t_sweep), "\n".join(lines)]
+        variants = [v for v in ((me, "live") for me in METHODS) if v in table] + [
+            v for v in table if v[1] != "live"]
+        out.append(prose("sweep.dataset", dataset=DATASET_NAMES[ds], T=res.cfg.t_sweep))
+        by_value = [(f"{name} = {short(v)}", {me: table[(me, "live")][v][0] for me in METHODS
+                                               if (me, "live") in table and table[(me, "live")][v][0] is not None})
+                    for v in values]
+        out.append(_ordering(fig, ds, by_value))
+        for key, caption, fmt in _SWEEP_METRICS:
+            head = [name, *(label(*v) for v in variants), prose("sweep.best_other")]
+            extra = key == "work"
+            if extra:
+                head.append(prose("sweep.min_work"))
+            lines = [prose(caption), "", _row(*head), "|" + "---:|" * len(head)]
+            for v in values:
+                cells = [table[var][v] for var in variants]
+                shown = [fmt(s[key]) + (f" ({f2(s['imbalance'])})" if key == "work_max" else "") if s is not None
+                         else why for s, why in cells]
+                live = {me: table[(me, "live")][v][0][key] for me in METHODS
+                        if (me, "live") in table and table[(me, "live")][v][0] is not None}
+                row = [f"{v:,}", *shown, _best_ratio(live)]
+                if extra:
+                    mins = [s["min_work"] for s, _ in cells if s is not None]
+                    row.append(f0(mins[0]) if mins else "–")
+                lines.append(_row(*row))
+            out.append("\n".join(lines))
     return "\n\n".join(out)
+
+
+def _best_ratio(cells: dict[str, float]) -> str:
+    """DkM-SKS's value over the best (lowest) other method's, ``–`` without both."""
+    others = [v for me, v in cells.items() if me != "dkm" and v is not None and not math.isnan(v)]
+    d = cells.get("dkm")
+    if d is None or not others or min(others) <= 0:
+        return "–"
+    return f"{d / min(others):.3g}"
+
+
+#: The paper's ordering of the four methods by update time and DkM-SKS / the best other one
+#: there: its Table 3 (Place, default setting), the only numbers the paper gives for a point of
+#: Figures 7-10 (their plots are not in its LaTeX source). On the Twitter data set it gives only
+#: Table 2 (load balance).
+PAPER_ORDER = tuple(sorted(METHODS, key=lambda me: PAPER_T3["update"][me]))
+PAPER_RATIO = {"place": ("update", PAPER_T3["update"]),
+               "twitter": ("balance", PAPER_T2["twitter"])}
+#: What the paper says of each figure beside Table 3 (a block per figure).
+_PAPER_SAYS = {"fig7": "ordering.paper.fig7", "fig8": "ordering.paper.fig8", "fig9": "ordering.paper.fig9",
+               "fig10": "ordering.paper.fig10", "spark": "ordering.paper.spark"}
+
+
+def _ordering(fig: str, ds: str, by_value: Sequence[tuple[str, Mapping[str, dict[str, float] | None]]]) -> str:
+    """One line: our ordering of the four methods by update time at each value (and by total
+    work, which load cannot disturb) beside the paper's, and DkM-SKS / the best other method."""
+    full = [(v, {me: s for me, s in cells.items() if s is not None}) for v, cells in by_value]
+    full = [(v, c) for v, c in full if all(me in c for me in METHODS)]
+    if not full:
+        return prose("ordering.none", dataset=DATASET_NAMES[ds])
+
+    def order(cells: dict[str, dict[str, float]], key: str) -> tuple[str, ...]:
+        return tuple(sorted(cells, key=lambda me: (cells[me][key], METHODS.index(me))))
+
+    def summary(key: str) -> tuple[str, int]:
+        orders = Counter(order(c, key) for _, c in full)
+        parts = []
+        for o, n in orders.most_common():
+            at = [v for v, c in full if order(c, key) == o]
+            where = prose("ordering.at_all") if n == len(full) > 1 else prose(
+                "ordering.at", values=", ".join(at))
+            parts.append(" < ".join(NAMES[me] for me in o) + " " + where)
+        return "; ".join(parts), sum(1 for _, c in full if order(c, key) == PAPER_ORDER)
+
+    ours, same = summary("update")
+    work, _ = summary("work")
+    verdict = ("ordering.reproduced" if same == len(full) else "ordering.partly" if same else "ordering.not_reproduced")
+    ratios = [float(_best_ratio({me: c[me]["update"] for me in METHODS})) for _, c in full]
+    fastest = sum(1 for _, c in full if order(c, "update")[0] == "dkm")
+    key, paper = PAPER_RATIO[ds]
+    paper_ratio = paper["dkm"] / min(paper[me] for me in METHODS if me != "dkm")
+    return prose("ordering", dataset=DATASET_NAMES[ds], ours=ours, n=len(full), same=same,
+                 verdict=prose(verdict, same=same, n=len(full)), work=work,
+                 paper_order=" < ".join(NAMES[me] for me in PAPER_ORDER), paper_says=prose(_PAPER_SAYS[fig]),
+                 ratio=f"{min(ratios):.3g}" if len(ratios) == 1 else f"{min(ratios):.3g}–{max(ratios):.3g}",
+                 fastest=fastest, paper_ratio=f"{paper_ratio:.3g}",
+                 paper_ratio_source=prose("ordering.paper_ratio.update" if key == "update"
+                                          else "ordering.paper_ratio.balance"))
 
 
 def _spark(res: Results, png: str | None) -> str:
     recs = res.spark()
-    if not recs:
-        return prose("spark.none")
     ok = [r for r in recs if r["status"] == "ok"]
     p0 = recs[0]["point"]
     run_s = [summarize_spark(r)["run_s"] for r in ok]
@@ -523,7 +735,38 @@ def _spark(res: Results, png: str | None) -> str:
                           f1(s["balance"]), f0(s["work"]), f0(s["work_max"]), f2(s["imbalance"]), f0(s["min_work"]),
                           f0(s["run_s"])))
     out.append("\n".join(lines))
+    by_m: dict[int, dict[str, dict[str, float]]] = {}
+    for r in ok:
+        by_m.setdefault(r["point"]["m"], {})[r["point"]["method"]] = summarize_spark(r)
+    pivot = [prose("spark.methods"), "", _row("m", *(NAMES[me] for me in METHODS), prose("sweep.best_other")),
+             "|" + "---:|" * (len(METHODS) + 2)]
+    for m in sorted(by_m):
+        cells = {me: by_m[m][me]["update"] for me in METHODS if me in by_m[m]}
+        pivot.append(_row(m, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
+    out.insert(2 if png is not None else 1, "\n".join(pivot))
+    ordering = _ordering("spark", p0["dataset"], [(f"m = {m}", by_m[m]) for m in sorted(by_m)])
+    out.insert(3 if png is not None else 2, ordering)
     return "\n\n".join(out)
+
+
+def _sedona(res: Results) -> str:
+    """Apache Sedona's ``ST_KNN``, the Spark user's peer: what ``paper_sedona`` found
+    (``OUT/sedona.json``)."""
+    path = res.store.dir / "sedona.json"
+    if not path.is_file():
+        return prose("sedona.not_tried")
+    rec = json.loads(path.read_text())
+    rows = [_row(f"`{t['artifact']}:{t['version']}`",
+                 prose("sedona.fetched") if t["fetched"] else prose("sedona.not_fetched", error=t["fetch_error"]),
+                 "–" if not t["fetched"] else prose("sedona.loads") if t.get("loads")
+                 else prose("sedona.fails", error=t.get("load_error", ""))) for t in rec["tried"]]
+    loaded = [t for t in rec["tried"] if t.get("loads")]
+    verdict = (prose("sedona.verdict.loads", release=f"{loaded[0]['artifact']}:{loaded[0]['version']}") if loaded
+               else prose("sedona.verdict.none", n=len(rec["tried"]), spark=rec["spark"], scala=rec["scala"]))
+    return "\n\n".join([prose("sedona", spark=rec["spark"], scala=rec["scala"], date=rec.get("date", "–"),
+                                 commit=str(rec.get("commit", ""))[:10]),
+                           "| release | Maven Central | loads on this Spark |\n|---|---|---|\n" + "\n".join(rows),
+                           verdict])
 
 
 # --------------------------------------------------------------------------- where we differ
@@ -664,6 +907,10 @@ def _missing(res: Results) -> str:
     ten_m = _ten_m_not_planned(res)
     if ten_m:
         lines.append(ten_m)
+    unmeasured = [e for e in covered(res) if not (res.spark() if e == "spark" else res.measured(e))]
+    if unmeasured:
+        lines.append(prose("missing.older", sections=", ".join(section_key(t) for e in unmeasured
+                                                                for t in SECTIONS[e])))
     # A section none of whose points was measured is reported as not regenerated, not point by point.
     full = replace(cfg, figures=tuple(f for f in FIGURES if res.measured(f)))
     spark = res.spark_planned if res.spark() else []

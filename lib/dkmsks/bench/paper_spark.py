@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from dkmsks.bench.paper_points import Store, point_record
 from dkmsks.spark.session import DEFAULT_MASTER
 from dkmsks.spark.sql_files import statement
 
-METHODS = ("kop", "sop", "dkm")
+#: The methods measured on Spark, PS²Stream among them (``dkm run --method ps2``).
+METHODS = ("kop", "sop", "dkm", "ps2")
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,10 @@ class SparkConfig:
 
     def points(self) -> list[SparkPoint]:
         """The default m for every method first, then the other m values for DkM-SKS, then
-        for KOP and SOP (so an interrupted run has the most useful points)."""
+        for KOP, SOP and PS²Stream (so an interrupted run has the most useful points)."""
         others = sorted(set(self.ms) - {self.default_m})
         order = [(self.default_m, me) for me in METHODS] + [(m, "dkm") for m in others] + [
-            (m, me) for me in ("kop", "sop") for m in others]
+            (m, me) for me in METHODS if me != "dkm" for m in others]
         return [SparkPoint(ds, self.o_init, self.subs, self.k_max, m, me, self.T, self.seed)
                 for ds in self.datasets for m, me in order]
 
@@ -109,6 +111,7 @@ def run_spark_points(cfg: SparkConfig, store: Store, out: Path, *, progress: boo
 
 def measure_spark_point(cfg: SparkConfig, p: SparkPoint, out: Path) -> dict[str, Any]:
     """``dkm generate`` (once per workload), ``dkm run`` on a fresh warehouse, ``dkm sql``."""
+    started = time.perf_counter()
     data = out / "spark-data" / f"{p.dataset}-{p.o_init}-{p.subs}-{p.T}-k{p.k_max}-s{p.seed}"
     log = out / "spark-logs" / f"{p.dataset}-{p.method}-m{p.m}.log"
     code = cfg.code_root if cfg.code_root is not None else REPO
@@ -140,4 +143,5 @@ def measure_spark_point(cfg: SparkConfig, p: SparkPoint, out: Path) -> dict[str,
     rec["phases_ms"] = {f"{r['job']}.{r['phase']}": r["ms"] for r in rows if "phase" in r}
     rec["load_avg"] = [load0, load_average()]
     shutil.rmtree(wh, ignore_errors=True)
+    rec["elapsed_s"] = time.perf_counter() - started  # generate (once), run, sql and clean-up
     return rec

@@ -14,7 +14,7 @@ import importlib
 
 #: ``dkm bench NAME``: its module in :mod:`dkmsks.bench` and one line of help.
 BENCHMARKS = {
-    "paper": ("paper", "the paper's Tables 2-3 and Figures 7-10 (KOP, SOP, DkM-SKS) -> docs/paper-reproduction.md"),
+    "paper": ("paper", "the paper's Tables 2-3 and Figures 7-10, all four methods -> docs/paper-reproduction.md"),
     "core": ("core", "the in-memory engine at the issue's protocol -> docs/benchmarks.md"),
     "pipeline": ("pipeline", "the Spark + Delta pipeline against its targets and naive Spark -> docs/benchmarks.md"),
     "follow": ("follow", "follow-mode latency and warm catch-up on a partitioned warehouse"),
