@@ -520,6 +520,31 @@ def test_follow_mode_warm_workers_equal_the_oracle_and_stop_on_foreign_commits(s
     assert list(pipeline_db.spool_dir.iterdir()) == []  # spools are removed
 
 
+@pytest.mark.parametrize(("channel", "routing"), [("flight", True), ("spool", False)])
+def test_follow_mode_over_flight_or_broadcast_equals_the_oracle(spark, pipeline_db, workload, channel, routing):
+    """The same rounds handed over by Arrow Flight (the network channel of a cluster) with each
+    task given only the objects routed to its workers, or through the spool to every task in
+    full (the paper's broadcast): the oracle's results either way; routed, fewer objects."""
+    from dkmsks.jobs.follow import FollowSession
+    from dkmsks.jobs.follow.flight import FlightChannel
+
+    oracle = workload[3]
+    _partition(spark, pipeline_db, "dkm", 3)
+    with FollowSession(spark, pipeline_db, run_id="follow", processes=1, channel=channel,
+                       routing=routing) as session:
+        assert isinstance(session.channel, FlightChannel) == (channel == "flight")
+        assert session.step(max_timestamps=1).timestamps == [1]
+        _assert_equal(_state_results(pipeline_db), oracle[1])
+        assert session.step(max_timestamps=2).timestamps == [2, 3]  # deletions, registrations inside
+        assert session.step().timestamps == [4, 5]
+        stats = session.stats
+    sent = sum(SPEC.objects_per_ts for _ in range(T))
+    assert (stats.objects_out < sent) if routing else (stats.objects_out == sent)
+    assert stats.bytes_out > 0
+    for t in range(T + 1):
+        _assert_equal(_results_at(pipeline_db, t), oracle[t])
+
+
 def test_subscriptions_deleted_and_registered_again_elsewhere_at_one_timestamp_stay_live(
         spark, fresh_db, workload, tmp_path):
     """Deleted on one worker and registered again on another at t=2: both workers write a final

@@ -30,7 +30,7 @@ def _task(shipped: bytes, task: int, done) -> None:
     n = 0
     for worker in range(task, WORKERS, TASKS):
         channel.say_ready(worker)
-    while (round_ := channel.get_round(n)) is not None:
+    while (round_ := channel.get_round(n, task)) is not None:
         for worker in range(task, WORKERS, TASKS):
             channel.put_records(n, worker, pa.table({"round": [n], "worker": [worker],
                                                      "objects": [int(round_.payload.obj_ids.sum())]}))
@@ -84,7 +84,7 @@ def test_a_tasks_copy_of_the_channel_holds_no_gate(tmp_path: Path) -> None:
     assert (copy.folder, copy.poll, copy.build_slots, copy._gate) == (channel.folder, 0.01, 3, None)
     assert channel._gate is not None
     channel.stop()
-    assert copy.get_round(0) is None  # the gate opened on the stop file
+    assert copy.get_round(0, 0) is None  # the gate opened on the stop file
     channel.close()
 
 

@@ -43,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="rounds of at least this many objects have their result changes written into the journal "
                         "by the worker tasks, in parallel, instead of by the driver after them (default 10000: "
                         "catch-up rounds; 0: every round)")
+    p.add_argument("--channel", choices=("auto", "spool", "flight"), default="auto",
+                   help="how the driver hands rounds to the worker tasks: a spool folder beside the warehouse, which "
+                        "driver and executors must share (local mode), or Arrow Flight to the driver over the network "
+                        "(executors on any host; $DKMSKS_FOLLOW_PORT, $DKMSKS_DRIVER_HOST); auto: the spool with a "
+                        "local master, Flight with any other (%(default)s)")
+    p.add_argument("--broadcast", action="store_true",
+                   help="hand every worker task every object (the paper's broadcast) instead of only the objects "
+                        "its workers' subscriptions can reach (docs/design.md §2.6)")
     p.add_argument("--run-id", default="follow", help="recorded with every commit of this process (%(default)s)")
     p.add_argument("--nice", type=int, default=None,
                    help="CPU nice value of follow mode's processes and, when it leads its session, of the session "
@@ -103,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return follow_forever(spark, warehouse, run_id=args.run_id, stop=stop, until=args.until,
                               max_timestamps=round_cap(args.max_timestamps), poll=args.poll, idle_exit=args.idle_exit,
                               build_slots=args.build_slots, processes=args.processes,
+                              channel=args.channel, routing=not args.broadcast,
                               **({} if args.task_changes_from is None
                                  else {"change_file_objects": args.task_changes_from}),
                               log=lambda text: print(text, flush=True))

@@ -48,10 +48,14 @@ from dkmsks.core.model import (
 from dkmsks.core.oracle import INITIAL_REGISTRATION
 from dkmsks.core.postings import DEFAULT_BUDGET
 from dkmsks.core.protocol import deletions_by_worker, insertions_by_worker, route_deletions, route_insertions
+from dkmsks.core.routing import NewBalls, ObjectRouter
 from dkmsks.core.update import Worker
 from dkmsks.core.worker_index import DEFAULT_GRID
 
 Clock = Callable[[], float]
+
+#: The engine's routing modes (:func:`build_engine`).
+ROUTING = ("off", "count", "route")
 
 
 class Assigner(Protocol):
@@ -100,6 +104,13 @@ class TimestampMetrics:
     worker_updated: Int64Array = field(repr=False)
     worker_subs: Int64Array = field(repr=False)  # subscriptions held after the timestamp
     time_refresh: float = 0.0  # main server re-estimating changed balls ("live" costs only)
+    #: Objects handed to each worker: all of them (the paper's broadcast) unless the engine
+    #: routes them (``routing="route"``), when only those its summary sends (docs/design.md §2.6).
+    worker_sent: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    #: Objects the routing summary would send each worker (``routing`` on; empty otherwise).
+    worker_routed: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    #: Objects each worker needs: those entering one of its results (the routing's minimum).
+    worker_needed: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
 
     @property
     def update_time(self) -> float:
@@ -147,6 +158,9 @@ class TimestampMetrics:
             "min_work": self.min_work,
             "subs_updated": int(self.worker_updated.sum()),
             "wall": self.wall,
+            "objects_sent": int(self.worker_sent.sum()),
+            "objects_routed": int(self.worker_routed.sum()),
+            "objects_needed": int(self.worker_needed.sum()),
         }
 
 
@@ -171,6 +185,13 @@ class Engine:
         A monotonic clock in seconds (``time.perf_counter``); ``None`` disables timing.
     grid, budget, kernel, index_options
         Passed to every :class:`~dkmsks.core.update.Worker` (``kernel``: :mod:`dkmsks.core.kernel`).
+    router
+        The main server's routing summary (:class:`~dkmsks.core.routing.ObjectRouter`, loaded
+        with the initial subscriptions), kept current with every timestamp; ``None``: no routing.
+    route
+        With a ``router``: hand each worker only the objects the summary sends it (what follow
+        and catch-up runs do), instead of every object (the paper's broadcast) while counting
+        what it would send.
     """
 
     def __init__(
@@ -184,6 +205,8 @@ class Engine:
         grid: int = DEFAULT_GRID,
         budget: int = DEFAULT_BUDGET,
         kernel: str | None = None,
+        router: ObjectRouter | None = None,
+        route: bool = False,
         **index_options: float,
     ) -> None:
         if workers < 1:
@@ -200,6 +223,10 @@ class Engine:
         ]
         self.last_t: int | None = None
         self.history: list[TimestampMetrics] = []
+        if route and router is None:
+            raise ValueError("route=True needs a router")
+        self.router = router
+        self.route = bool(route)
         # Registration times up to this one are the initial subscriptions', whose costs are
         # never re-estimated: only rows registered later are reported to the refresh.
         # ``None``: report every changed row (before the initial phase, or once an
@@ -298,21 +325,45 @@ class Engine:
         # Workers built alike with a subscription-independent probe (grid, KOP) share one probe
         # here; each worker of the real system computes it itself, so its time counts for each.
         # The compiled kernel reads it sorted (Worker.shared_probe), sorted once for all.
+        routed_to = None
+        if self.router is not None:
+            # Routed before the timestamp's events enter the summary; its registrations reach
+            # the objects of t as infinite balls (docs/design.md §2.6).
+            new = NewBalls(np.full(len(routed_ins.subs), t, dtype=np.int64), routed_ins.workers,
+                           routed_ins.subs.keywords)
+            routed_to = self.router.route(objects, new)
+            self.router.forget(routed_del.ids)
+            subs = routed_ins.subs
+            self.router.register(subs.ids, routed_ins.workers, subs.x, subs.y, subs.keywords,
+                                 np.full(len(subs), np.inf))
+        sent = np.full(m, len(objects), dtype=np.int64)
+        needed = np.zeros(m, dtype=np.int64)
         probe: Probe | None = None
         probe_time = 0.0
-        if len(objects) and self._shared_probe:
+        if len(objects) and self._shared_probe and not self.route:
             c0 = clock()
             probe = self.workers[0].shared_probe(objects)
             probe_time = clock() - c0
+        shrunk: list[tuple[Int64Array, Float64Array]] = []
         for w, worker in enumerate(self.workers):
+            mine = objects
+            if self.route and routed_to is not None:
+                mine = objects.take(np.flatnonzero(routed_to[:, w]))
+                sent[w] = len(mine)
             c0 = clock()
-            stats = worker.process(objects, probe)
+            stats = worker.process(mine, probe)
             wt[w] = clock() - c0 + probe_time
             work[w], acc[w], upd[w] = stats.pairs_tested, stats.pairs_accepted, stats.subs_updated
-            if not len(objects):
+            needed[w] = stats.objects_accepted
+            if not len(mine):
                 worker.state.advance(t)
             if self._refresh is not None and stats.updated_rows.shape[0]:
                 changed.append(worker.state.balls_after(stats.updated_rows, self._initial_t))
+            if self.router is not None and stats.updated_rows.shape[0]:
+                shrunk.append(worker.state.balls_after(stats.updated_rows, None))
+        if shrunk:  # the balls that shrank, as the workers report them (the final records' radii)
+            assert self.router is not None
+            self.router.shrink(np.concatenate([s[0] for s in shrunk]), np.concatenate([s[1] for s in shrunk]))
         time_refresh = 0.0
         if self._refresh is not None:
             c0 = clock()
@@ -336,6 +387,9 @@ class Engine:
             worker_updated=upd,
             worker_subs=np.array([len(w) for w in self.workers], dtype=np.int64),
             time_refresh=time_refresh,
+            worker_sent=sent,
+            worker_routed=routed_to.sum(axis=0).astype(np.int64) if routed_to is not None else np.zeros(0, np.int64),
+            worker_needed=needed,
         )
         self.last_t = int(t)
         self.history.append(metrics)
@@ -435,6 +489,7 @@ def build_engine(
     clock: Clock | None = None,
     budget: int = DEFAULT_BUDGET,
     kernel: str | None = None,
+    routing: str = "off",
     **index_options: float,
 ) -> tuple[Engine, Setup]:
     """The initial phase end to end: ``O_init`` and ``S`` (docs/design.md §6), their exact kNN within
@@ -446,6 +501,10 @@ def build_engine(
     ``threads`` is how many threads the kNN and the statistics of ``O_init`` may use (at least 1;
     one per usable core is ``dkmsks.cores.usable_cores()``, the caller's to count: the core reads
     nothing of the machine, as it reads no clock but ``clock``).
+
+    ``routing``: ``off``; ``count``, the main server keeps the routing summary of
+    docs/design.md §2.6 and each timestamp's metrics count the objects it would send each
+    worker, while every worker still gets every object; ``route``, each worker gets only those.
 
     Returns the engine (ready for :meth:`Engine.run` from ``config.t0 + 1``) and a :class:`Setup`.
     """
@@ -476,8 +535,16 @@ def build_engine(
     c2 = clock_()
     if not np.array_equal(plan.sub_ids, subs.ids):
         raise AssertionError("the partition plan must list the subscriptions in input order")
+    if routing not in ROUTING:
+        raise ValueError(f"routing must be one of {', '.join(ROUTING)}, got {routing!r}")
+    router = None
+    if routing != "off":
+        router = ObjectRouter(space, workers)
+        rows = np.arange(len(subs))
+        router.register(subs.ids, plan.worker, subs.x, subs.y, subs.keywords,
+                        knn[1][rows, np.asarray(subs.k, dtype=np.int64) - 1] if len(subs) else np.zeros(0))
     engine = Engine(method, space, workers, server, clock=clock, grid=config.grid, budget=budget, kernel=kernel,
-                    **index_options)
+                    router=router, route=routing == "route", **index_options)
     # SOP's region subsets and PS²Stream's home leaves are the workers' index parts.
     groups = plan.subset if plan.method.value in ("sop", "ps2") else None
     engine.load_initial(subs, knn, plan.worker, groups=groups, t0=t0)

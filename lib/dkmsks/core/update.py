@@ -51,12 +51,16 @@ class UpdateStats:
     pairs_accepted: int = 0
     subs_updated: int = 0
     updated_rows: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    #: Distinct objects of the accepted pairs: the objects this worker needed (the minimum an
+    #: object routing must send it, docs/design.md §2.6); counted by :func:`process_batch`.
+    objects_accepted: int = 0
 
     def __iadd__(self, other: UpdateStats) -> UpdateStats:
         self.objects += other.objects
         self.pairs_tested += other.pairs_tested
         self.pairs_accepted += other.pairs_accepted
         self.subs_updated += other.subs_updated
+        self.objects_accepted += other.objects_accepted
         return self
 
 
@@ -166,6 +170,7 @@ def process_batch(
     if kernel_name(kernel) == "numba":
         rows, oid, d2, _, tested = index.lookup_accept(state, objects, probe)
         stats.pairs_tested = int(tested.sum())
+        stats.objects_accepted = _distinct(oid)
         touched, _, stats.pairs_accepted = merge_accepted(state, rows, oid, d2)
         stats.subs_updated = int(touched.shape[0])
         stats.updated_rows = touched
@@ -193,10 +198,19 @@ def process_batch(
     first = np.concatenate([[True], (rows[1:] != rows[:-1]) | (oid[1:] != oid[:-1])])
     rows, oid, d2 = rows[first], oid[first], d2[first]
     stats.pairs_accepted = int(rows.shape[0])
+    stats.objects_accepted = _distinct(oid)
     touched = merge_results(state, rows, oid, d2)
     stats.subs_updated = int(touched.shape[0])
     stats.updated_rows = touched
     return stats
+
+
+def _distinct(values: Int64Array) -> int:
+    """How many distinct values ``values`` holds (by a sort: dkmsks.core.sets)."""
+    if values.shape[0] == 0:
+        return 0
+    ordered = np.sort(values)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from dkmsks.core.model import Vocabulary
 from dkmsks.spark.compaction import compact
 from dkmsks.spark.faults import kill_at
-from dkmsks.spark.main_server import build_main_server, refresh_weights, route
+from dkmsks.spark.main_server import build_main_server, build_router, refresh_weights, route, task_payload
 from dkmsks.spark.quarantine import quarantine_refused
 from dkmsks.spark.worker_tasks import run_workers
 from dkmsks.storage.journal import (
@@ -54,10 +54,13 @@ COMPACTION_MODES = ("auto", "always", "never")
 def run_microbatch(
     spark: SparkSession, warehouse: Warehouse, *, run_id: str, until: int | None = None,
     max_timestamps: int | None = None, compaction: str = "auto", lock_timeout: float | None = None,
+    routing: bool = True,
 ) -> RunReport:
     """Process every pending timestamp (up to ``until``) exactly once; see the module doc.
 
     ``compaction``: ``auto`` (when the journal tail is large), ``always`` or ``never``.
+    ``routing``: each worker's task gets only the objects routed to it (docs/design.md §2.6);
+    False: every task every object (the paper's broadcast).
     """
     if compaction not in COMPACTION_MODES:
         raise ValueError(f"compaction must be one of {', '.join(COMPACTION_MODES)}, got {compaction!r}")
@@ -81,6 +84,7 @@ def run_microbatch(
             view = StateView.open(lake, fallback_plan=info.plan_version)
             vocab = Vocabulary()
             server = build_main_server(lake, info, vocab, view, warehouse.cache_dir)
+            router = build_router(view, info, vocab) if routing else None
             taken = take_pending(warehouse, lake, vocab, after=last, until=until, max_timestamps=max_timestamps,
                                  who=f"micro-batch {run_id}")
             ts, objects, events = taken.timestamps, taken.objects, taken.events
@@ -89,11 +93,13 @@ def run_microbatch(
             phases["read"] = (time.perf_counter() - started) * 1e3
 
             started = time.perf_counter()
-            routed = route(server, info, ts, objects, events, vocab)
+            routed = route(server, info, ts, objects, events, vocab, router)
+            payload = (routed.payload if router is None
+                       else [task_payload(routed, [w]) for w in range(info.workers)])
             phases["assign"] = (time.perf_counter() - started) * 1e3
 
             started = time.perf_counter()
-            out = run_workers(spark, info.workers, routed.payload, view)
+            out = run_workers(spark, info.workers, payload, view)
             phases["workers"] = (time.perf_counter() - started) * 1e3
 
             started = time.perf_counter()

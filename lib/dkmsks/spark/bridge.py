@@ -75,6 +75,11 @@ class KeywordColumn:
         used, local = np.unique(np.asarray(sets.ids[ptr[0]:ptr[-1]]), return_inverse=True)
         return KeywordColumn(ptr - ptr[0], local.astype(np.int32), [words[k] for k in used.tolist()])
 
+    def take(self, rows: np.ndarray) -> KeywordColumn:
+        """The sets of ``rows``, in that order, with only the words they use."""
+        sets = KeywordSets(np.asarray(self.ptr, dtype=np.int64), np.asarray(self.ids, dtype=np.int32)).take(rows)
+        return KeywordColumn.from_sets(sets, self.words)
+
     def encode(self, vocab: Vocabulary, rows: np.ndarray | None = None) -> KeywordSets:
         """The same sets in ``vocab``'s ids, each row sorted (vectorised: a catch-up payload
         holds 100k objects)."""

@@ -1,13 +1,15 @@
 """The workers of a run as Spark tasks: one task per worker, records back as Arrow IPC.
 
-A catch-up run (a micro-batch) broadcasts the routed :class:`~dkmsks.spark.bridge.BatchPayload`
-and runs :func:`dkmsks.spark.bridge.run_worker` in one task per worker, which reads that
-worker's current state and applies the pending timestamps. Follow mode keeps its tasks
+A catch-up run (a micro-batch) hands each task its worker's part of the routed
+:class:`~dkmsks.spark.bridge.BatchPayload` (the objects routed to it, docs/design.md §2.6; or
+broadcasts one payload to all) and runs :func:`dkmsks.spark.bridge.run_worker` in one task per
+worker, which reads that worker's current state and applies the pending timestamps. Follow mode keeps its tasks
 running instead (:mod:`dkmsks.jobs.follow`) and hands records over as the same IPC bytes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,8 +34,20 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def run_workers(spark: SparkSession, workers: int, payload: BatchPayload, view: StateView) -> pa.Table:
-    """One Spark task per worker: read its state, apply ``payload``; all records, as Arrow."""
+def run_workers(spark: SparkSession, workers: int, payload: BatchPayload | Sequence[BatchPayload],
+                view: StateView) -> pa.Table:
+    """One Spark task per worker: read its state, apply its payload (one broadcast to all, or
+    ``payload[w]`` shipped with task ``w``); all records, as Arrow."""
+    if not isinstance(payload, BatchPayload):
+        if len(payload) != workers:
+            raise ValueError(f"{len(payload)} payloads for {workers} workers")
+
+        def own(index: int, rows: Any) -> Any:
+            for _, mine in rows:
+                yield to_ipc(run_worker(index, view, mine))
+
+        parts = spark.sparkContext.parallelize(list(enumerate(payload)), workers).mapPartitionsWithIndex(own).collect()
+        return pa.concat_tables([from_ipc(p) for p in parts])
     bc = spark.sparkContext.broadcast(payload)
 
     def task(index: int, _: Any) -> Any:

@@ -3,9 +3,10 @@
 The session (:mod:`.session`) and the worker loop (:mod:`.worker_loop`) talk to each other
 only through this interface. A round goes:
 
-1. the driver puts round ``n`` (:meth:`RoundChannel.put_round`): the routed payload and, in a
-   large round, where the tasks write the result changes (:class:`ChangeFiles`);
-2. each task gets it (:meth:`RoundChannel.get_round`, which waits while there is none), applies
+1. the driver puts round ``n`` (:meth:`RoundChannel.put_round`): the routed payload — one for
+   every task, or each task its own, holding only the objects its workers need (docs/design.md
+   §2.6) — and, in a large round, where the tasks write the result changes (:class:`ChangeFiles`);
+2. each task gets its round (:meth:`RoundChannel.get_round`, which waits while there is none), applies
    it to the workers it hosts and puts each worker's records (:meth:`RoundChannel.put_records`)
    and, when asked to, the description of the change file it wrote
    (:meth:`RoundChannel.put_changes`);
@@ -16,15 +17,17 @@ workers is built (:meth:`RoundChannel.say_ready`), builds in turns with the othe
 host (:meth:`RoundChannel.build_slot`), and leaves its traceback when it fails
 (:meth:`RoundChannel.fail`), which the driver raises (:meth:`RoundChannel.check`).
 
-:class:`~dkmsks.jobs.follow.spool.SpoolChannel` is the one implementation: a directory that
-the driver and the executors share. A channel crosses into the tasks inside the stage's
+Two implementations: :class:`~dkmsks.jobs.follow.spool.SpoolChannel`, a directory that the
+driver and the executors share (local mode), and :class:`~dkmsks.jobs.follow.flight.FlightChannel`,
+an Arrow Flight server on the driver that tasks on any host call (a cluster; docs/design.md §10
+says which is used where, and why). A channel crosses into the tasks inside the stage's
 closure, so Spark must be able to serialise it, and a task's copy holds none of the driver's
-resources. What a channel carries is bytes of :mod:`.wire`, data only.
+resources. What a channel carries is bytes of :mod:`.wire` (and Arrow record batches), data only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -75,8 +78,10 @@ class RoundChannel(Protocol):
     def ready_workers(self) -> int:
         """How many workers the tasks have built so far (:meth:`say_ready`)."""
 
-    def put_round(self, n: int, round_: Round) -> None:
-        """Hand round ``n`` to every task (rounds go 0, 1, 2, ...)."""
+    def put_round(self, n: int, rounds: Round | Sequence[Round]) -> list[int]:
+        """Hand round ``n`` to the tasks (rounds go 0, 1, 2, ...): one :class:`Round` for all of
+        them, or one per task (``rounds[i]`` to task ``i``). Returns the bytes of each task's
+        round as the channel carries it."""
 
     def collect(self, n: int, *, workers: int, tasks: int, alive: Callable[[], None]) -> RoundOutput:
         """Wait for round ``n``'s records of all ``workers`` and, when the round named
@@ -101,8 +106,9 @@ class RoundChannel(Protocol):
     def say_ready(self, worker: int) -> None:
         """Tell the driver that ``worker`` is built and warm."""
 
-    def get_round(self, n: int) -> Round | None:
-        """Round ``n`` once the driver has put it (waiting meanwhile), or None after :meth:`stop`."""
+    def get_round(self, n: int, task: int) -> Round | None:
+        """Task ``task``'s round ``n`` once the driver has put it (waiting meanwhile), or None
+        after :meth:`stop`."""
 
     def put_records(self, n: int, worker: int, records: pa.Table) -> None:
         """Hand ``worker``'s records of round ``n`` to the driver."""

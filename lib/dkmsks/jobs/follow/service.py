@@ -49,6 +49,7 @@ def follow_forever(
     max_timestamps: int | None = ROUND_TIMESTAMPS, poll: float = 1.0, idle_exit: float | None = None,
     log: Any = print, stop: threading.Event | None = None, build_slots: int | None = None,
     processes: int | None = None, change_file_objects: int | None = CHANGE_FILE_OBJECTS,
+    channel: str = "auto", routing: bool = True,
 ) -> int:
     """Run follow sessions until ``until`` is processed, ``idle_exit`` seconds pass idle, or
     ``stop`` is set (a service's SIGTERM). A round takes at most ``max_timestamps`` of the
@@ -59,7 +60,7 @@ def follow_forever(
     restarted from Delta, so a new plan is picked up within a round; any other failure
     propagates (the caller's restart policy applies). Every round writes a status file
     (:func:`write_status`) for ``scripts/follow.sh status``. ``build_slots``, ``processes``,
-    ``change_file_objects``: see :class:`FollowSession`.
+    ``change_file_objects``, ``channel``, ``routing``: see :class:`FollowSession`.
     """
     stop = stop or threading.Event()
     idle_since = time.monotonic()
@@ -75,7 +76,7 @@ def follow_forever(
             stop.wait(poll)
             continue
         with FollowSession(spark, warehouse, run_id=run_id, build_slots=build_slots, processes=processes,
-                           change_file_objects=change_file_objects) as session:
+                           change_file_objects=change_file_objects, channel=channel, routing=routing) as session:
             log(f"following: plan {session.info.plan_version}, m={session.info.workers}, last t={session.last}")
             write_status(warehouse, run_id, state="following", plan=session.info.plan_version, last_t=session.last)
             try:

@@ -26,11 +26,18 @@ from dkmsks.core.model import Vocabulary
 from dkmsks.cores import usable_cores
 from dkmsks.jobs.follow.channel import ChangeFiles, Round, RoundChannel, RoundOutput
 from dkmsks.jobs.follow.spool import SpoolChannel
-from dkmsks.jobs.follow.worker_loop import default_processes, follow_worker_loop
+from dkmsks.jobs.follow.worker_loop import default_processes, follow_worker_loop, hosted_workers
 from dkmsks.spark.bridge import warm_kernels
 from dkmsks.spark.compaction import compact, tail_is_large, uncompacted_rows
 from dkmsks.spark.faults import kill_at
-from dkmsks.spark.main_server import RoutedBatch, build_main_server, refresh_weights, route
+from dkmsks.spark.main_server import (
+    RoutedBatch,
+    build_main_server,
+    build_router,
+    refresh_weights,
+    route,
+    task_payload,
+)
 from dkmsks.spark.quarantine import quarantine_refused
 from dkmsks.storage import tables
 from dkmsks.storage.journal import (
@@ -63,12 +70,26 @@ class StateChanged(RuntimeError):
 
 @dataclass
 class FollowStats:
-    """Counters of a follow session: rounds run, timestamps processed, and files of changes
-    the worker tasks wrote into the journal (:class:`ChangeFiles`)."""
+    """Counters of a follow session: rounds run, timestamps processed, files of changes the
+    worker tasks wrote into the journal (:class:`ChangeFiles`), and what the rounds handed the
+    tasks: bytes (as the channel carries them) and objects, summed over the tasks."""
 
     rounds: int = 0
     timestamps: int = 0
     task_change_files: int = 0
+    bytes_out: int = 0
+    objects_out: int = 0
+
+
+#: The round channels ``channel=`` names (``auto``: :func:`channel_for`).
+CHANNELS = ("auto", "spool", "flight")
+
+
+def channel_for(master: str | None) -> str:
+    """The channel a follow session uses by default under Spark master ``master``: the spool in
+    local mode (where it is the faster, docs/design.md §10), Flight when the executors may be on
+    other hosts."""
+    return "spool" if (master or "local").startswith("local") else "flight"
 
 
 #: The landing tables a round reads its pending timestamps from.
@@ -85,16 +106,31 @@ class FollowSession:
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, *, run_id: str, poll: float = 0.005,
                  start_timeout: float = 600.0, build_slots: int | None = None,
-                 processes: int | None = None, change_file_objects: int | None = CHANGE_FILE_OBJECTS) -> None:
+                 processes: int | None = None, change_file_objects: int | None = CHANGE_FILE_OBJECTS,
+                 channel: str = "auto", routing: bool = True) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.run_id = run_id
         self.start_timeout = start_timeout
-        #: The round exchange with the worker tasks: a spool folder of its own beside the
-        #: warehouse, looked at every ``poll`` seconds while the tasks apply a round, in which
-        #: ``build_slots`` tasks build at once (one per core by default).
-        self.channel: RoundChannel = SpoolChannel(warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}", poll=poll,
-                                                  build_slots=max(1, build_slots or usable_cores()))
+        if channel not in CHANNELS:
+            raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, got {channel!r}")
+        if channel == "auto":
+            channel = channel_for(spark.sparkContext.master if spark is not None else None)
+        slots = max(1, build_slots or usable_cores())
+        #: The round exchange with the worker tasks (:mod:`.channel`): a spool folder of its own
+        #: beside the warehouse (``spool``), or a Flight server on the driver (``flight``),
+        #: looked at every ``poll`` seconds while the tasks apply a round, in which
+        #: ``build_slots`` tasks of a host build at once (one per core by default).
+        self.channel: RoundChannel
+        if channel == "flight":
+            from dkmsks.jobs.follow.flight import FlightChannel
+
+            self.channel = FlightChannel(poll=poll, build_slots=slots)
+        else:
+            self.channel = SpoolChannel(warehouse.spool_dir / f"follow-{uuid.uuid4().hex[:12]}", poll=poll,
+                                        build_slots=slots)
+        #: Whether each task gets only the objects routed to its workers (docs/design.md §2.6).
+        self.routing = routing
         #: How many long-running worker tasks host the plan's workers (:func:`hosted_workers`):
         #: None, one per core (:func:`default_processes`); at most one per worker.
         self.processes = processes
@@ -138,6 +174,7 @@ class FollowSession:
             self.state_rows = lake.read(tables.STATE, columns=["sub_id"], version=view.state_version).num_rows
             self.vocab = Vocabulary()
             self.server = build_main_server(lake, info, self.vocab, view, warehouse.cache_dir)
+            self.router = build_router(view, info, self.vocab) if self.routing else None
         warm_kernels()  # once here, so that the m worker processes load them instead of compiling
         self.channel.open()
         config = {"method": info.method, "space": info.space.as_tuple(), "grid": info.config.grid}
@@ -145,6 +182,7 @@ class FollowSession:
         if self.change_file_objects is not None and root is not None:
             self._change_files = ChangeFiles(root, journal_file_schema(lake), info.plan_version, self.run_id)
         self._tasks = processes
+        self._hosted = [hosted_workers(task, processes, info.workers) for task in range(processes)]
         m, channel = info.workers, self.channel
         rdd = (
             spark.sparkContext.parallelize(range(processes), processes)
@@ -251,7 +289,7 @@ class FollowSession:
         phases["read"] = (time.perf_counter() - started) * 1e3
 
         started = time.perf_counter()
-        routed = route(self.server, self.info, taken.timestamps, taken.objects, taken.events, self.vocab)
+        routed = route(self.server, self.info, taken.timestamps, taken.objects, taken.events, self.vocab, self.router)
         phases["assign"] = (time.perf_counter() - started) * 1e3
         return report, routed
 
@@ -266,7 +304,15 @@ class FollowSession:
         write the changes (:meth:`_change_files_for`), every task's change file."""
         started = time.perf_counter()
         files = self._change_files_for(routed)
-        self.channel.put_round(self._round, Round(routed.payload, files))
+        if routed.objects_to is None:
+            sizes = self.channel.put_round(self._round, Round(routed.payload, files))
+            self.stats.bytes_out += sizes[0] * self._tasks
+            self.stats.objects_out += routed.payload.obj_ids.shape[0] * self._tasks
+        else:  # each task its workers' objects (docs/design.md §2.6)
+            payloads = [task_payload(routed, hosted) for hosted in self._hosted]
+            sizes = self.channel.put_round(self._round, [Round(p, files) for p in payloads])
+            self.stats.bytes_out += sum(sizes)
+            self.stats.objects_out += sum(p.obj_ids.shape[0] for p in payloads)
         output = self.channel.collect(self._round, workers=self.info.workers,
                                       tasks=self._tasks if files is not None else 0, alive=self._check_stage)
         self._round += 1
@@ -281,7 +327,7 @@ class FollowSession:
         info, lake, ts, written = self.info, self.lake, report.timestamps, output.change_files
         to_t = ts[-1]
         started = time.perf_counter()
-        records = journal_records(refresh_weights(self.server, pa.concat_tables(output.records)),
+        records = journal_records(refresh_weights(self.server, pa.concat_tables(output.records), self.router),
                                   plan_version=info.plan_version, routed=routed, timestamps=ts, from_t=self.last,
                                   run_id=self.run_id)
         quarantine_refused(self.spark, routed.refused, self.run_id)

@@ -7,9 +7,10 @@ at a *gate* (:func:`close_gate`, :func:`wait_at_gate`) instead of looking at the
 builds take turns in *build slots* (:func:`build_slot`); both are ``flock`` locks, which the
 kernel drops with a process that dies.
 
-The files of a session's folder: ``round-NNNNNN.payload`` (the driver's round), ``.gate`` (its
-gate), ``.wWWWW`` (a worker's records), ``changes-NNNNNN.tTTTT.json`` (a task's change file),
-``ready.wWWWW``, ``error.tTTTT`` (a failed task's traceback), ``build-slot-S`` and ``stop``.
+The files of a session's folder: ``round-NNNNNN.payload`` (the driver's round for every task)
+or ``round-NNNNNN.tTTTT.payload`` (task ``TTTT``'s own), ``.gate`` (its gate), ``.wWWWW`` (a
+worker's records), ``changes-NNNNNN.tTTTT.json`` (a task's change file), ``ready.wWWWW``,
+``error.tTTTT`` (a failed task's traceback), ``build-slot-S`` and ``stop``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def round_file(spool: Path, n: int) -> Path:
-    """The payload of round ``n``, written by the driver."""
-    return spool / f"round-{n:06d}.payload"
+def round_file(spool: Path, n: int, task: int | None = None) -> Path:
+    """The payload of round ``n`` for every task (``task`` None) or for one, written by the driver."""
+    return spool / (f"round-{n:06d}.payload" if task is None else f"round-{n:06d}.t{task:04d}.payload")
 
 
 def output_file(spool: Path, n: int, worker: int) -> Path:
@@ -150,13 +151,24 @@ class SpoolChannel:
         """How many ``ready`` files the tasks have left."""
         return len(list(self.folder.glob("ready.w*")))
 
-    def put_round(self, n: int, round_: Round) -> None:
-        """Write the payload of round ``n``, then let the tasks through its gate (after closing
-        the next one, so that a task that finishes early waits again)."""
-        atomic_write(round_file(self.folder, n), encode_round(round_))
+    def put_round(self, n: int, rounds: Round | Sequence[Round]) -> list[int]:
+        """Write the payload of round ``n`` (one file for every task, or one per task), then let
+        the tasks through its gate (after closing the next one, so that a task that finishes
+        early waits again). The bytes each task reads."""
+        if isinstance(rounds, Round):
+            data = encode_round(rounds)
+            atomic_write(round_file(self.folder, n), data)
+            sizes = [len(data)]
+        else:
+            sizes = []
+            for task, round_ in enumerate(rounds):
+                data = encode_round(round_)
+                atomic_write(round_file(self.folder, n, task), data)
+                sizes.append(len(data))
         held, self._gate = self._gate, close_gate(self.folder, n + 1)
         if held is not None:
             open_gate(held)
+        return sizes
 
     def collect(self, n: int, *, workers: int, tasks: int, alive: Callable[[], None]) -> RoundOutput:
         """Read each worker's records and each task's change file as it appears, then remove
@@ -184,7 +196,10 @@ class SpoolChannel:
                 self._raise_failure(present)
                 alive()
                 time.sleep(self.poll)
-        round_file(self.folder, n).unlink()
+        prefix = round_file(self.folder, n).name.split(".")[0] + "."
+        for name in os.listdir(self.folder):
+            if name.startswith(prefix) and name.endswith(".payload"):
+                (self.folder / name).unlink()
         gate_file(self.folder, n).unlink()  # every task passed it: each returned round n
         return out
 
@@ -218,15 +233,15 @@ class SpoolChannel:
         """Leave ``ready.wWWWW``."""
         atomic_write(self.folder / f"ready.w{worker:04d}", b"ok")
 
-    def get_round(self, n: int) -> Round | None:
-        """Sleep at round ``n``'s gate, then read its payload (data only: :mod:`.wire`); None once
-        the stop file is there. Without a payload behind an open gate (the driver died), look
-        every ``poll`` seconds until the stage is torn down."""
+    def get_round(self, n: int, task: int) -> Round | None:
+        """Sleep at round ``n``'s gate, then read the task's payload, or the one for every task
+        (data only: :mod:`.wire`); None once the stop file is there. Without a payload behind
+        an open gate (the driver died), look every ``poll`` seconds until the stage is torn down."""
         while True:
             wait_at_gate(self.folder, n)
-            path = round_file(self.folder, n)
-            if path.exists():
-                return decode_round(path.read_bytes())
+            for path in (round_file(self.folder, n, task), round_file(self.folder, n)):
+                if path.exists():
+                    return decode_round(path.read_bytes())
             if (self.folder / "stop").exists():
                 return None
             time.sleep(self.poll)

@@ -68,7 +68,7 @@ def follow_worker_loop(view: StateView, channel: RoundChannel, config: dict[str,
             prefault_heap()
         for worker_id in hosted:
             channel.say_ready(worker_id)
-        while (round_ := channel.get_round(n)) is not None:
+        while (round_ := channel.get_round(n, task)) is not None:
             apply_round(channel, n, task, round_, sessions, vocab)
             del round_
             n += 1
