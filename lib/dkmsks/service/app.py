@@ -10,6 +10,7 @@ route                                   scope      what
 ``GET /v1/subscriptions/{id}/results``  subscribe  its exact kNN at the last (or ``as_of``) timestamp
 ``POST /v1/objects``                    publish    one object or an array: 202 and their timestamp
 ``GET /v1/events``                      subscribe  Server-Sent Events of result changes (events.py)
+``GET /v1/snapshot``, ``/v1/objects``   subscribe  what the live map draws (livemap.py), and ``GET /map``
 ``GET /v1/status``                      any        the pipeline's plan, progress, lag, worker loads
 ``GET /metrics``                        admin      Prometheus text format
 ``GET /healthz``                        none       liveness
@@ -82,6 +83,8 @@ class ServiceConfig:
     send_timeout: float = 30.0  # seconds a write to a stream may wait for the client
     linger: float = 0.005  # seconds the publisher waits for more requests to group
     status_ttl: float = 5.0  # seconds a /v1/status answer is reused
+    map_crs: str = "auto"  # the live map's coordinates: auto, wgs84 or projected (livemap.map_crs)
+    frame_ancestors: tuple[str, ...] = ()  # origins that may embed the map (Airflow's), besides this one
 
 
 @dataclass
@@ -548,10 +551,16 @@ def _routes(app: FastAPI) -> None:
         return {"ok": True, "events": service_of(request).hub.position is not None}
 
 
+#: Ids the service picks lie below 2**53: JavaScript reads integers up to there exactly (the live
+#: map, any browser client), and 2**53 leaves room enough for ids drawn at random.
+NEW_ID_BITS = 53
+
+
 def _new_id(service: Service) -> int:
-    """An id for a subscription that came without one: random, positive, never claimed here."""
+    """An id for a subscription that came without one: random, positive, below ``2**53``
+    (:data:`NEW_ID_BITS`), never claimed here."""
     while True:
-        sid = secrets.randbits(62) + 1
+        sid = secrets.randbelow(2**NEW_ID_BITS - 1) + 1
         if not service.registry.claimed(sid):
             return sid
 
@@ -746,6 +755,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
                                "exact results. Tokens: dkm token create."))
     app.state.service = service
     _routes(app)
+    from dkmsks.service import livemap  # it imports this module's route helpers
+
+    livemap.routes(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/docs", include_in_schema=False)
