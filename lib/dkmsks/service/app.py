@@ -361,12 +361,8 @@ def _routes(app: FastAPI) -> None:
         service = service_of(request)
         body = _model(_SUBSCRIPTION, _json_body(await request.body(), request.headers.get("content-type")))
         sid = body.id if body.id is not None else _new_id(service)
-        try:
-            t = await service.publisher.exclusive(service.client.subscribe, sid, body.x, body.y, body.keywords,
-                                                  body.k)
-        except ValueError as err:
-            raise _refusal(err) from None
-        service.registry.claim(sid, t, who.name)
+        row = {"op": "insert", "id": sid, "x": body.x, "y": body.y, "keywords": body.keywords, "k": body.k}
+        t = await _subscription_event(service, who, row)
         created = schemas.SubscriptionCreated(id=sid, t=t)
         return JSONResponse(created.model_dump(), status_code=201, headers={"Location": f"/v1/subscriptions/{sid}"})
 
@@ -395,12 +391,7 @@ def _routes(app: FastAPI) -> None:
                 responses=_ERRORS, tags=["subscriptions"])
     async def delete_subscription(request: Request, sub_id: int, who: Subscriber) -> schemas.SubscriptionDeleted:
         """Unsubscribe at the next open timestamp (no result from then on)."""
-        service = service_of(request)
-        await _owned(request, who, sub_id)
-        try:
-            t = await service.publisher.exclusive(service.client.unsubscribe, sub_id)
-        except ValueError as err:
-            raise _refusal(err) from None
+        t = await _subscription_event(service_of(request), who, {"op": "delete", "id": sub_id})
         return schemas.SubscriptionDeleted(id=sub_id, t=t)
 
     @app.get("/v1/subscriptions/{sub_id}/results", response_model=schemas.Result,
@@ -554,6 +545,28 @@ def _routes(app: FastAPI) -> None:
 #: Ids the service picks lie below 2**53: JavaScript reads integers up to there exactly (the live
 #: map, any browser client), and 2**53 leaves room enough for ids drawn at random.
 NEW_ID_BITS = 53
+
+
+async def _subscription_event(service: Service, who: Principal, row: dict[str, Any]) -> int:
+    """Land one subscribe or unsubscribe with the publisher's next group (publisher.py); the
+    timestamp it lands at. Refused: 422 naming the field, 409 for an id that is live, 404 for
+    a deletion of a subscription that is not live or pending, or is another principal's."""
+    from dkmsks.service.publisher import NOT_YOURS
+    from dkmsks.storage import tables
+
+    sid = int(row["id"])
+    prepared = await asyncio.to_thread(prepare_rows, (), [row], t=None, source=f"api-subscription:{who.name}",
+                                       bounds=service.config.bounds)
+    if prepared.rejected:
+        raise _refusal(ValueError(prepared.rejected[0][1].reason))
+    outcome = await service.publisher.subscription(prepared, row["op"], sid, principal=who.name, admin=who.is_admin)
+    if outcome.refused:
+        reason = outcome.refused[0].reason
+        if reason == NOT_YOURS % sid:
+            raise Problem(404, "not-found", "Not found", f"no subscription {sid} of yours is live or pending")
+        raise _refusal(RefusedRows([(tables.EVENTS, r) for r in outcome.refused]))
+    assert outcome.t is not None, "a row without t lands at the next open timestamp"
+    return int(outcome.t)
 
 
 def _new_id(service: Service) -> int:
@@ -734,7 +747,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     registry = Registry(config.registry)
     lake = Lake.of(warehouse)
     hub = Hub(lake, registry, poll=config.poll, ring=config.ring, max_buffer=config.stream_buffer, metrics=metrics)
-    publisher = Publisher(warehouse, linger=config.linger, observe=metrics.publish_append())
+    publisher = Publisher(warehouse, linger=config.linger, observe=metrics.publish_append(), registry=registry)
     service = Service(config, lake, Client(warehouse, bounds=config.bounds), TokenStore(config.tokens),
                       RateLimiter(config.rate, config.burst), registry, metrics, hub, publisher)
 
