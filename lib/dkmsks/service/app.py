@@ -555,8 +555,8 @@ async def _subscription_event(service: Service, who: Principal, row: dict[str, A
     from dkmsks.storage import tables
 
     sid = int(row["id"])
-    prepared = await asyncio.to_thread(prepare_rows, (), [row], t=None, source=f"api-subscription:{who.name}",
-                                       bounds=service.config.bounds)
+    # One row: ~0.6 ms here, less than a trip to a worker thread and back.
+    prepared = prepare_rows((), [row], t=None, source=f"api-subscription:{who.name}", bounds=service.config.bounds)
     if prepared.rejected:
         raise _refusal(ValueError(prepared.rejected[0][1].reason))
     outcome = await service.publisher.subscription(prepared, row["op"], sid, principal=who.name, admin=who.is_admin)

@@ -1,22 +1,28 @@
-"""Concurrent publishes grouped into few Delta commits: one publisher task drains a queue.
+"""Concurrent publishes grouped into few Delta commits: a publisher task drains a queue.
 
 A request to ``POST /v1/objects`` validates its rows itself (the readers' rules,
 :func:`dkmsks.client.prepare_rows`) and puts them on the queue with a future; it then awaits its
-share of the outcome. One task takes what the queue holds — everything that arrived while the
+share of the outcome. A task takes what the queue holds — everything that arrived while the
 previous append ran, after waiting ``linger`` seconds for more — and lands it in **one**
 :func:`~dkmsks.storage.landing.publish_rows` call (one Delta commit per landing table touched),
 in a worker thread so the event loop keeps serving. So a thousand concurrent requests make a
 handful of commits, not a thousand; a lone request waits only ``linger`` longer than its append.
 A group is cut at ``max_rows`` rows.
 
-Every landing write of the service runs in the publisher's one writer thread. The landing lock
-is re-entrant within a process (:mod:`dkmsks.storage.writer_lock`), so two threads of one process
-would both hold it; one thread keeps the service's writes in order, and its delta-rs tables open.
+**Two lanes.** Objects and subscription events are landed by two tasks, each with a queue and a
+writer thread of its own, so a publish never waits behind the liveness check of the
+subscribes that arrived with it (objects need none). The landing lock is re-entrant within a
+process (:mod:`dkmsks.storage.writer_lock`: a depth count, given back by the last exit), so both
+threads may hold it at once, and no run of another process takes a timestamp meanwhile; what
+one thread per kind guarantees is that each check sees every earlier append it depends on: an
+object's id against the objects landed (only the objects lane appends objects), a subscription
+event's liveness against the events landed (only the events lane appends events, and its rows
+are never quarantined). Each thread keeps its delta-rs tables open.
 
 **Subscribes and unsubscribes are grouped the same way.** Each is a request of one event row
 (:meth:`Publisher.subscription`) that joins the next group, so a hundred concurrent ones land in
-one append with the objects, not in a hundred (each append checks the batch's liveness against
-the state, ~0.1 s at |S| = 1M, which a request apiece could not afford at a hundred a second).
+one append, not in a hundred (each append checks the batch's liveness against the state, ~0.1 s
+at |S| = 1M, which a request apiece could not afford at a hundred a second).
 Such a row is *interactive*: a refusal (the id is live already; a deletion of one that is not)
 answers its request with an error and is not quarantined (``publish_rows(interactive=...)``).
 A deletion by a principal without ``admin`` must name a registration of its own: the newest
@@ -41,7 +47,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,8 +58,6 @@ from dkmsks.storage import tables
 from dkmsks.storage.lake import Lake, where
 from dkmsks.storage.landing import landing_lock, next_open_timestamp, publish_rows
 from dkmsks.warehouse import Warehouse
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -80,9 +84,20 @@ class _Job:
 NOT_YOURS = "no subscription %d of yours is live or pending"
 
 
+@dataclass
+class _Lane:
+    """One kind of landing write: its queue, its task and its writer thread."""
+
+    name: str
+    queue: asyncio.Queue[_Job] = field(default_factory=asyncio.Queue)
+    writer: ThreadPoolExecutor | None = None
+    task: asyncio.Task[None] | None = None
+    held: _Job | None = None  # a job that did not fit the last group
+
+
 class Publisher:
-    """The single publisher task of a service (module doc). ``observe(group_rows, requests,
-    seconds)`` is told of every append (metrics)."""
+    """The publisher tasks of a service (module doc): one lane for objects, one for subscription
+    events. ``observe(group_rows, requests, seconds)`` is told of every append (metrics)."""
 
     def __init__(self, warehouse: Warehouse, *, linger: float = 0.005, max_rows: int = 50_000,
                  observe: Callable[[int, int, float], None] | None = None, registry: Any = None) -> None:
@@ -92,59 +107,63 @@ class Publisher:
         self.linger = linger
         self.max_rows = max_rows
         self.observe = observe
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._held: _Job | None = None  # a job that did not fit the last group
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dkm-serve-writer")
+        self._lanes: dict[str, _Lane] = {}
         self.appends = 0  # groups landed
 
+    def _lane(self, name: str) -> _Lane:
+        if name not in self._lanes:  # made in the running loop (asyncio.Queue binds to it)
+            self._lanes[name] = _Lane(name, writer=ThreadPoolExecutor(max_workers=1,
+                                                                      thread_name_prefix=f"dkm-serve-{name}"))
+        return self._lanes[name]
+
     def start(self) -> None:
-        """Start the task (in the running event loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="dkm-serve-publisher")
+        """Start the lanes' tasks (in the running event loop)."""
+        loop = asyncio.get_running_loop()
+        for name in ("objects", "events"):
+            lane = self._lane(name)
+            lane.task = loop.create_task(self._run(lane), name=f"dkm-serve-publisher-{name}")
 
     async def stop(self) -> None:
-        """Stop the task; requests still queued fail."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        while not self._queue.empty():
-            job = self._queue.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(RuntimeError("the service is stopping"))
-        self._writer.shutdown(wait=True)
-
-    async def exclusive(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the writer thread, between two groups (a subscribe, an unsubscribe)."""
-        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        """Stop the tasks; requests still queued fail."""
+        for lane in self._lanes.values():
+            if lane.task is not None:
+                lane.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lane.task
+            while not lane.queue.empty():
+                job = lane.queue.get_nowait()
+                if not job.future.done():
+                    job.future.set_exception(RuntimeError("the service is stopping"))
+            if lane.writer is not None:
+                lane.writer.shutdown(wait=True)
 
     async def publish(self, rows: PreparedRows, n_rows: int) -> Outcome:
-        """Land ``rows`` (``n_rows`` rows given) with the next group; its outcome."""
+        """Land ``rows`` (``n_rows`` rows given) with the next group of objects; its outcome."""
         job = _Job(rows, n_rows, asyncio.get_running_loop().create_future())
-        await self._queue.put(job)
+        await self._lane("objects").queue.put(job)
         return await job.future
 
     async def subscription(self, rows: PreparedRows, op: str, sub_id: int, *, principal: str,
                            admin: bool) -> Outcome:
         """Land one subscribe (``op`` ``insert``) or unsubscribe (``delete``) of ``principal``,
-        validated into ``rows``, with the next group (module doc); its outcome: the timestamp, or
-        the refusal."""
+        validated into ``rows``, with the next group of events (module doc); its outcome: the
+        timestamp, or the refusal."""
         job = _Job(rows, 1, asyncio.get_running_loop().create_future(), principal=principal, admin=admin,
                    event=(op, int(sub_id)))
-        await self._queue.put(job)
+        await self._lane("events").queue.put(job)
         return await job.future
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         while True:
-            first = self._held or await self._queue.get()
-            self._held = None
+            first = lane.held or await lane.queue.get()
+            lane.held = None
             if self.linger > 0:
                 await asyncio.sleep(self.linger)
             group, size = [first], first.n_rows
-            while not self._queue.empty():
-                job = self._queue.get_nowait()
+            while not lane.queue.empty():
+                job = lane.queue.get_nowait()
                 if size + job.n_rows > self.max_rows:
-                    self._held = job
+                    lane.held = job
                     break
                 group.append(job)
                 size += job.n_rows
@@ -153,7 +172,7 @@ class Publisher:
                 continue
             started = time.monotonic()
             try:
-                outcomes = await self.exclusive(self._land, group)
+                outcomes = await asyncio.get_running_loop().run_in_executor(lane.writer, self._land, group)
             except BaseException as err:  # every caller hears of it; the task goes on
                 for job in group:
                     if not job.future.done():
