@@ -54,7 +54,7 @@ from dkmsks.service.auth import Scope as TokenScope
 from dkmsks.service.events import HEARTBEAT, Hub, Position, Stream, format_id, parse_id
 from dkmsks.service.metrics import CONTENT_TYPE, Metrics
 from dkmsks.service.problems import PROBLEM_JSON, FieldError, Problem, field_of, invalid, pointer
-from dkmsks.service.publisher import Publisher
+from dkmsks.service.publisher import Announced, Publisher
 from dkmsks.service.registry import Registry
 from dkmsks.storage.lake import Lake
 from dkmsks.storage.landing import RefusedRows
@@ -582,6 +582,12 @@ async def _publish(service: Service, who: Principal, raw: bytes,
                    content_type: str | None) -> tuple[int, dict[str, Any]]:
     """Validate and land a publish request's rows (module doc of publisher.py); its status and body."""
     started = time.perf_counter()
+    with service.publisher.announce() as ticket:  # events ready meanwhile wait for these objects
+        return await _publish_announced(service, who, raw, content_type, started, ticket)
+
+
+async def _publish_announced(service: Service, who: Principal, raw: bytes, content_type: str | None,
+                             started: float, ticket: Announced) -> tuple[int, dict[str, Any]]:
     data = _json_body(raw, content_type)
     single = isinstance(data, dict)
     rows = [data] if single else data
@@ -596,7 +602,7 @@ async def _publish(service: Service, who: Principal, raw: bytes,
     given = [o.model_dump(exclude_none=True) for o in objects]
     prepared = await asyncio.to_thread(prepare_rows, given, (), t=None, source=f"api:{who.name}",
                                        bounds=service.config.bounds)
-    outcome = await service.publisher.publish(prepared, len(given))
+    outcome = await service.publisher.publish(prepared, len(given), ticket)
     refused = [schemas.RefusedRow(index=r.line - 1, field=field_of(r.reason), reason=r.reason)
                for r in outcome.refused]
     accepted = len(given) - len(refused)

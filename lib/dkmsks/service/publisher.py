@@ -1,4 +1,4 @@
-"""Concurrent publishes grouped into few Delta commits: a publisher task drains a queue.
+"""Concurrent publishes grouped into few Delta commits: one publisher task drains two queues.
 
 A request to ``POST /v1/objects`` validates its rows itself (the readers' rules,
 :func:`dkmsks.client.prepare_rows`) and puts them on the queue with a future; it then awaits its
@@ -9,15 +9,18 @@ in a worker thread so the event loop keeps serving. So a thousand concurrent req
 handful of commits, not a thousand; a lone request waits only ``linger`` longer than its append.
 A group is cut at ``max_rows`` rows.
 
-**Two lanes.** Objects and subscription events are landed by two tasks, each with a queue and a
-writer thread of its own, so a publish never waits behind the liveness check of the
-subscribes that arrived with it (objects need none). The landing lock is re-entrant within a
-process (:mod:`dkmsks.storage.writer_lock`: a depth count, given back by the last exit), so both
-threads may hold it at once, and no run of another process takes a timestamp meanwhile; what
-one thread per kind guarantees is that each check sees every earlier append it depends on: an
-object's id against the objects landed (only the objects lane appends objects), a subscription
-event's liveness against the events landed (only the events lane appends events, and its rows
-are never quarantined). Each thread keeps its delta-rs tables open.
+**One writer, objects first.** Every landing write of the service runs in one writer thread.
+The landing lock is re-entrant within a process (:mod:`dkmsks.storage.writer_lock`), so two
+threads of the service would both hold it: each check could miss the other's append, and their
+holds could chain without a gap, so that a run of another process never got the lock (measured:
+follow mode took no timestamp for as long as two writer threads alternated under a publisher's
+load). One thread keeps the writes in order, gives the lock back between groups, and keeps its
+delta-rs tables open. Objects and subscription events wait in two queues, and the task takes
+objects first: they need no liveness check, so a publish does not wait for the subscribes that
+arrived with it. A publish request announces itself while it reads and validates its body
+(:meth:`Publisher.announce`, tens of milliseconds for a thousand objects), and a group of events
+ready meanwhile waits for it, up to ``yield_to_objects`` seconds, so a second's objects land
+before its hundred subscribes even when those were parsed first.
 
 **Subscribes and unsubscribes are grouped the same way.** Each is a request of one event row
 (:meth:`Publisher.subscription`) that joins the next group, so a hundred concurrent ones land in
@@ -44,7 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,67 +84,81 @@ class _Job:
     event: tuple[str, int] | None = None
 
 
+@dataclass
+class Announced:
+    """A publish request announced to the publisher (:meth:`Publisher.announce`)."""
+
+    queued: bool = False
+
+
 #: The reason a deletion of another principal's subscription is refused with (the route: 404).
 NOT_YOURS = "no subscription %d of yours is live or pending"
 
 
-@dataclass
-class _Lane:
-    """One kind of landing write: its queue, its task and its writer thread."""
-
-    name: str
-    queue: asyncio.Queue[_Job] = field(default_factory=asyncio.Queue)
-    writer: ThreadPoolExecutor | None = None
-    task: asyncio.Task[None] | None = None
-    held: _Job | None = None  # a job that did not fit the last group
-
-
 class Publisher:
-    """The publisher tasks of a service (module doc): one lane for objects, one for subscription
-    events. ``observe(group_rows, requests, seconds)`` is told of every append (metrics)."""
+    """The publisher task of a service (module doc). ``observe(group_rows, requests, seconds)``
+    is told of every append (metrics)."""
 
     def __init__(self, warehouse: Warehouse, *, linger: float = 0.005, max_rows: int = 50_000,
-                 observe: Callable[[int, int, float], None] | None = None, registry: Any = None) -> None:
+                 observe: Callable[[int, int, float], None] | None = None, registry: Any = None,
+                 yield_to_objects: float = 0.1) -> None:
         self.warehouse = warehouse
         self.registry = registry  # claims of registrations (dkmsks.service.registry.Registry)
         self.lake = Lake.of(warehouse)
         self.linger = linger
         self.max_rows = max_rows
         self.observe = observe
-        self._lanes: dict[str, _Lane] = {}
+        self.yield_to_objects = yield_to_objects
+        self._objects: deque[_Job] = deque()
+        self._events: deque[_Job] = deque()
+        self._arrived: asyncio.Event | None = None  # made in the running loop
+        self._announced = 0  # publish requests reading their bodies
+        self._task: asyncio.Task[None] | None = None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dkm-serve-writer")
         self.appends = 0  # groups landed
 
-    def _lane(self, name: str) -> _Lane:
-        if name not in self._lanes:  # made in the running loop (asyncio.Queue binds to it)
-            self._lanes[name] = _Lane(name, writer=ThreadPoolExecutor(max_workers=1,
-                                                                      thread_name_prefix=f"dkm-serve-{name}"))
-        return self._lanes[name]
-
     def start(self) -> None:
-        """Start the lanes' tasks (in the running event loop)."""
-        loop = asyncio.get_running_loop()
-        for name in ("objects", "events"):
-            lane = self._lane(name)
-            lane.task = loop.create_task(self._run(lane), name=f"dkm-serve-publisher-{name}")
+        """Start the task (in the running event loop)."""
+        self._arrived = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="dkm-serve-publisher")
 
     async def stop(self) -> None:
-        """Stop the tasks; requests still queued fail."""
-        for lane in self._lanes.values():
-            if lane.task is not None:
-                lane.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lane.task
-            while not lane.queue.empty():
-                job = lane.queue.get_nowait()
+        """Stop the task; requests still queued fail."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for queue in (self._objects, self._events):
+            while queue:
+                job = queue.popleft()
                 if not job.future.done():
                     job.future.set_exception(RuntimeError("the service is stopping"))
-            if lane.writer is not None:
-                lane.writer.shutdown(wait=True)
+        self._writer.shutdown(wait=True)
 
-    async def publish(self, rows: PreparedRows, n_rows: int) -> Outcome:
+    @contextlib.contextmanager
+    def announce(self) -> Iterator[Announced]:
+        """A publish request on its way (module doc): from its arrival until :meth:`publish`
+        queues its rows, or it fails."""
+        ticket = Announced()
+        self._announced += 1
+        try:
+            yield ticket
+        finally:
+            if not ticket.queued:
+                self._announced -= 1
+
+    def _put(self, queue: deque[_Job], job: _Job) -> None:
+        queue.append(job)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def publish(self, rows: PreparedRows, n_rows: int, ticket: Announced | None = None) -> Outcome:
         """Land ``rows`` (``n_rows`` rows given) with the next group of objects; its outcome."""
         job = _Job(rows, n_rows, asyncio.get_running_loop().create_future())
-        await self._lane("objects").queue.put(job)
+        if ticket is not None and not ticket.queued:
+            ticket.queued = True
+            self._announced -= 1
+        self._put(self._objects, job)
         return await job.future
 
     async def subscription(self, rows: PreparedRows, op: str, sub_id: int, *, principal: str,
@@ -150,42 +168,51 @@ class Publisher:
         timestamp, or the refusal."""
         job = _Job(rows, 1, asyncio.get_running_loop().create_future(), principal=principal, admin=admin,
                    event=(op, int(sub_id)))
-        await self._lane("events").queue.put(job)
+        self._put(self._events, job)
         return await job.future
 
-    async def _run(self, lane: _Lane) -> None:
+    def _take(self, queue: deque[_Job]) -> list[_Job]:
+        group: list[_Job] = []
+        size = 0
+        while queue and (not group or size + queue[0].n_rows <= self.max_rows):
+            job = queue.popleft()
+            group.append(job)
+            size += job.n_rows
+        return [job for job in group if not job.future.cancelled()]
+
+    async def _run(self) -> None:
+        assert self._arrived is not None
         while True:
-            first = lane.held or await lane.queue.get()
-            lane.held = None
+            if not self._objects and not self._events:
+                self._arrived.clear()
+                await self._arrived.wait()
             if self.linger > 0:
                 await asyncio.sleep(self.linger)
-            group, size = [first], first.n_rows
-            while not lane.queue.empty():
-                job = lane.queue.get_nowait()
-                if size + job.n_rows > self.max_rows:
-                    lane.held = job
-                    break
-                group.append(job)
-                size += job.n_rows
-            group = [job for job in group if not job.future.cancelled()]
-            if not group:
-                continue
-            started = time.monotonic()
-            try:
-                outcomes = await asyncio.get_running_loop().run_in_executor(lane.writer, self._land, group)
-            except BaseException as err:  # every caller hears of it; the task goes on
-                for job in group:
-                    if not job.future.done():
-                        job.future.set_exception(err if isinstance(err, Exception) else RuntimeError(str(err)))
-                if not isinstance(err, Exception):
-                    raise
-                continue
-            self.appends += 1
-            if self.observe is not None:
-                self.observe(size, len(group), time.monotonic() - started)
-            for job, outcome in zip(group, outcomes, strict=True):
+            if not self._objects and self._announced:
+                deadline = time.monotonic() + self.yield_to_objects
+                while not self._objects and self._announced and time.monotonic() < deadline:
+                    await asyncio.sleep(0.002)
+            group = self._take(self._objects if self._objects else self._events)
+            if group:
+                await self._land_group(group)
+
+    async def _land_group(self, group: list[_Job]) -> None:
+        started = time.monotonic()
+        try:
+            outcomes = await asyncio.get_running_loop().run_in_executor(self._writer, self._land, group)
+        except BaseException as err:  # every caller hears of it; the task goes on
+            for job in group:
                 if not job.future.done():
-                    job.future.set_result(outcome)
+                    job.future.set_exception(err if isinstance(err, Exception) else RuntimeError(str(err)))
+            if not isinstance(err, Exception):
+                raise
+            return
+        self.appends += 1
+        if self.observe is not None:
+            self.observe(sum(job.n_rows for job in group), len(group), time.monotonic() - started)
+        for job, outcome in zip(group, outcomes, strict=True):
+            if not job.future.done():
+                job.future.set_result(outcome)
 
     def _land(self, jobs: list[_Job]) -> list[Outcome]:
         """One append of every batch of a group (in the writer thread); each job's outcome."""
