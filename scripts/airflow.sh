@@ -8,7 +8,9 @@
 #
 # Settings (environment): AIRFLOW_HOME (default .cache/airflow), DKMSKS_AIRFLOW_PORT (8080),
 # DKMSKS_WAREHOUSE (default .cache/warehouse), DKMSKS_SPARK_MASTER for the dkmsks_spark
-# connection (default local[2]; a spark://host:7077 master works unchanged).
+# connection (default local[2]; a spark://host:7077 master works unchanged), DKMSKS_MAP_URL for
+# the "Live map" menu entry (default http://127.0.0.1:8750/map: scripts/serve.sh start
+# --frame-ancestor http://127.0.0.1:8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -31,6 +33,9 @@ secret() {
 configure() {
   export PATH=$REPO/.venv/bin:$PATH   # spark-submit must be on the scheduler's PATH
   export AIRFLOW__CORE__DAGS_FOLDER=$REPO/dags
+  # plugins/dkmsks_map.py: "Live map" in the Browse menu, dkm serve's /map at $DKMSKS_MAP_URL.
+  export AIRFLOW__CORE__PLUGINS_FOLDER=$REPO/plugins
+  export DKMSKS_MAP_URL=${DKMSKS_MAP_URL:-http://127.0.0.1:8750/map}
   export AIRFLOW__CORE__LOAD_EXAMPLES=False
   export AIRFLOW__CORE__EXECUTOR=LocalExecutor
   export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-4}

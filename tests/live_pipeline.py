@@ -79,6 +79,7 @@ class Pipeline:
     engine: object
     vocab: Vocabulary
     info: dict[int, tuple[float, float, list[str], int, int]] = field(default_factory=dict)  # sub -> x, y, kw, k, t
+    workers: dict[int, int] = field(default_factory=dict)  # sub -> the engine's worker holding it (last seen)
 
     @property
     def lake(self) -> Lake:
@@ -100,6 +101,7 @@ class Pipeline:
         for t in pending.timestamps:
             rows = np.flatnonzero(e.t == t)
             dels = e.ids[rows[e.op[rows] == Op.DELETE]]
+            held_by = dict(zip(dels.tolist(), engine.where(dels).tolist(), strict=True))  # before they go
             ins_rows = rows[e.op[rows] == Op.INSERT]
             ins = e.take(ins_rows).insertions()
             for r in ins_rows.tolist():
@@ -107,11 +109,13 @@ class Pipeline:
                                             sorted(self.vocab.word(int(k)) for k in e.keywords.row(r)), int(e.k[r]), t)
             engine.step(t, dels, ins, o.take(np.flatnonzero(o.t == t)))
             after = engine.results()
+            worker = dict(zip(after, engine.where(np.fromiter(after, np.int64, len(after))).tolist(), strict=True))
             for sid in sorted(int(s) for s in dels):
-                records.append(_change(t, sid, "delete", None))
+                records.append(_change(t, sid, "delete", None, held_by[sid]))
                 touched[sid] = (t, "delete")
+                self.workers[sid] = held_by[sid]
             for sid in sorted(int(s) for s in ins.ids):
-                records.append(_change(t, sid, "insert", KnnResult(np.zeros(0, np.int64), np.zeros(0))))
+                records.append(_change(t, sid, "insert", KnnResult(np.zeros(0, np.int64), np.zeros(0)), worker[sid]))
                 touched[sid] = (t, "upsert")
             for sid in sorted(after):
                 old = before.get(sid) if sid not in set(ins.ids.tolist()) else KnnResult(np.zeros(0, np.int64),
@@ -120,22 +124,52 @@ class Pipeline:
                 changed = old is None or not (np.array_equal(old.object_ids, new.object_ids)
                                               and np.array_equal(old.d2, new.d2))
                 if changed and (len(new.object_ids) or old is None):
-                    records.append(_change(t, sid, "update", new))
+                    records.append(_change(t, sid, "update", new, worker[sid]))
                     touched[sid] = (t, "upsert")
+            self.workers.update(worker)
             records.append({"record": "ledger", "t": t, "run_from_t": last, "run_through_t": pending.timestamps[-1],
                             "objects": int((o.t == t).sum()), "insertions": len(ins), "deletions": len(dels)})
             before = after
         for sid, (t, kind) in sorted(touched.items()):
             if kind == "delete":
-                records.append({"record": "final", "t": t, "sub_id": sid, "change": "delete", "worker": 0})
+                records.append({"record": "final", "t": t, "sub_id": sid, "change": "delete",
+                                "worker": self.workers[sid]})
             else:
                 x, y, kw, k, reg = self.info[sid]
                 r = before[sid]
-                records.append({"record": "final", "t": t, "sub_id": sid, "change": "upsert", "worker": 0,
+                records.append({"record": "final", "t": t, "sub_id": sid, "change": "upsert",
+                                "worker": self.workers[sid],
                                 "object_ids": r.object_ids.tolist(), "d2": r.d2.tolist(), "x": x, "y": y,
                                 "keywords": kw, "k": k, "registered_t": reg, "weight": 1, "subset": -1})
         _commit(lake, records, pending.timestamps[-1])
         return pending.timestamps
+
+    def compact(self) -> int:
+        """Rewrite ``knn_state`` as a compaction leaves it: every live subscription's row at the
+        last processed timestamp, exact there (``through_t`` in the commit's metadata); that
+        timestamp."""
+        from deltalake import CommitProperties, write_deltalake
+
+        from dkmsks.storage.lake import conform
+
+        lake = self.lake
+        through = last_processed(lake)
+        results = self.engine.results()
+        ids = sorted(results)
+        n = len(ids)
+        rows = pa.table({
+            "plan_version": [0] * n, "worker": pa.array([self.workers[s] for s in ids], pa.int32()), "sub_id": ids,
+            "x": [self.info[s][0] for s in ids], "y": [self.info[s][1] for s in ids],
+            "keywords": [self.info[s][2] for s in ids], "k": pa.array([self.info[s][3] for s in ids], pa.int32()),
+            "registered_t": [self.info[s][4] for s in ids], "weight": [1] * n, "subset": [0] * n,
+            "object_ids": pa.array([results[s].object_ids.tolist() for s in ids], pa.list_(pa.int64())),
+            "d2": pa.array([results[s].d2.tolist() for s in ids], pa.list_(pa.float64())), "updated_t": [through] * n,
+        })
+        table = lake.table(tables.STATE)
+        write_deltalake(table, conform(rows, pa.schema(table.schema().to_arrow())), mode="overwrite",
+                        commit_properties=CommitProperties(custom_metadata={
+                            "userMetadata": json.dumps({"through_t": through})}))
+        return through
 
     def oracle(self, t: int):
         """The oracle's results at ``t`` over everything landed."""
@@ -145,8 +179,8 @@ class Pipeline:
         return oracle_results(objects, events, t)
 
 
-def _change(t: int, sid: int, kind: str, result: KnnResult | None) -> dict:
-    row = {"record": "change", "t": t, "sub_id": sid, "change": kind, "worker": 0}
+def _change(t: int, sid: int, kind: str, result: KnnResult | None, worker: int) -> dict:
+    row = {"record": "change", "t": t, "sub_id": sid, "change": kind, "worker": worker}
     if result is not None:
         row["object_ids"] = result.object_ids.tolist()
         row["d2"] = result.d2.tolist()
@@ -181,7 +215,8 @@ def live_pipeline(root: Path | str, work: Workload, *, workers: int = 2) -> Pipe
     lake.append(tables.PLANS, pa.table({
         "plan_version": [0], "method": ["kop"], "workers": [workers], "params": [json.dumps({"t0": 0})],
         "subsets": [1], "subscriptions": [setup.n_subscriptions], "o_init": [len(init)], "effective_t": [0],
-        "meta_json": [json.dumps({"space": [0.0, 0.0, 1.0, 1.0], "n_objects": len(init)})]}))
+        "meta_json": [json.dumps({"space": [float(o.x.min()), float(o.y.min()), float(o.x.max()), float(o.y.max())],
+                                  "n_objects": len(init)})]}))
     e = work.events
     first = np.flatnonzero((e.t <= 0) & (e.op == Op.INSERT))
     results = engine.results()
@@ -199,8 +234,10 @@ def live_pipeline(root: Path | str, work: Workload, *, workers: int = 2) -> Pipe
         "keywords": [r[3] for r in rows], "k": pa.array([r[4] for r in rows], pa.int32()), "t": [0] * len(rows),
         "source": ["events.tsv"] * len(rows), "line": list(range(2, len(rows) + 2))}))
     n = len(rows)
+    held = engine.where(np.array([r[0] for r in rows], dtype=np.int64)).tolist()
+    pipeline.workers.update(zip((r[0] for r in rows), held, strict=True))
     lake.append(tables.STATE, pa.table({
-        "plan_version": [0] * n, "worker": pa.array([0] * n, pa.int32()), "sub_id": [r[0] for r in rows],
+        "plan_version": [0] * n, "worker": pa.array(held, pa.int32()), "sub_id": [r[0] for r in rows],
         "x": [r[1] for r in rows], "y": [r[2] for r in rows], "keywords": [r[3] for r in rows],
         "k": pa.array([r[4] for r in rows], pa.int32()), "registered_t": [0] * n, "weight": [1] * n,
         "subset": [0] * n, "object_ids": pa.array([r[5].object_ids.tolist() for r in rows], pa.list_(pa.int64())),

@@ -45,14 +45,16 @@ def make_tokens(path: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_service(warehouse: Warehouse, *, sndbuf: int | None = None, **options) -> Iterator[Running]:
+def running_service(warehouse: Warehouse, *, sndbuf: int | None = None, port: int = 0,
+                    **options) -> Iterator[Running]:
     """The service over ``warehouse`` until the block ends (``options``: ServiceConfig fields;
-    ``sndbuf``: the connections' kernel send buffer, small to make a stalled client felt soon)."""
+    ``sndbuf``: the connections' kernel send buffer, small to make a stalled client felt soon;
+    ``port``: 0 for any free one)."""
     tokens_file = warehouse.run_dir / "tokens.json"
     tokens = make_tokens(tokens_file)
     options = {"poll": 0.05, "rate": 10_000.0, "burst": 10_000, **options}
     app = create_app(ServiceConfig(warehouse, tokens_file, warehouse.run_dir / "service-test.sqlite3", **options))
-    sock = listening_socket("127.0.0.1", 0)
+    sock = listening_socket("127.0.0.1", port)
     if sndbuf is not None:
         import socket
 

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "token",
     "sql",
     "spark_sql",
+    "spark_connect",
     "spark_history",
     "maintain",
     "bench",

@@ -95,6 +95,7 @@ class Airflow:
     home: Path
     port: int
     warehouse: Path
+    map_port: int  # where the "Live map" entry looks for dkm serve (DKMSKS_MAP_URL)
 
     @property
     def url(self) -> str:
@@ -126,9 +127,10 @@ def airflow(tmp_path_factory, objectstore):
     from conftest import OBJECTSTORE_VARIABLES
 
     root = tmp_path_factory.mktemp("airflow")
-    home, warehouse, port = root / "home", root / "warehouse", free_port()
+    home, warehouse, port, map_port = root / "home", root / "warehouse", free_port(), free_port()
     env = dict(os.environ, AIRFLOW_HOME=str(home), DKMSKS_AIRFLOW_PORT=str(port), DKMSKS_WAREHOUSE=str(warehouse),
                **{key: objectstore[key] for key in OBJECTSTORE_VARIABLES}, DKMSKS_LOCAL_DIR=str(root / "local"),
+               DKMSKS_MAP_URL=f"http://127.0.0.1:{map_port}/map",
                # With catchup=False a DAG's first scheduled run is its latest past cron point.
                # 29 February: none between start_date and now, so no micro-batch competes with
                # the tests for the writers' pool. Repartitioning runs once at start: its
@@ -142,7 +144,7 @@ def airflow(tmp_path_factory, objectstore):
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=300)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        running = Airflow(home, port, warehouse)
+        running = Airflow(home, port, warehouse, map_port)
         # Airflow 3's api-server commits its audit-log row (every POST/PATCH/DELETE) with a
         # synchronous SQLite session inside its event loop. If a task is reporting to the same
         # process then, the task's request holds SQLite's write lock until its session is closed,

@@ -21,7 +21,8 @@ PACKAGE, SCRIPTS = REPO / "lib" / "dkmsks" / "bench", REPO / "bench"
 #: package's benchmarks, then the scripts in bench/.
 REPORTS = [(PACKAGE / f"{module}.py", PACKAGE / "templates" / f"{template}.md")
            for module, template in (("paper_report", "paper"), ("core", "core"), ("pipeline", "pipeline"),
-                                     ("freshness", "freshness"))]
+                                     ("freshness", "freshness"), ("serve", "serve"),
+                                     ("connect", "connect"))]
 REPORTS += [(SCRIPTS / f"{name}.py", SCRIPTS / "templates" / f"{name}.md") for name in ("kernel", "memory", "rust")]
 IDS = [source.stem for source, _ in REPORTS]
 

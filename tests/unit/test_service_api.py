@@ -188,6 +188,48 @@ def test_concurrent_publishes_are_grouped_into_few_commits(pipeline, work, svc):
     assert svc.service.publisher.appends == commits
 
 
+def test_concurrent_subscribes_and_unsubscribes_are_grouped_and_each_answered(pipeline, work, svc):
+    """A hundred subscribes and deletes at once land in few appends (publisher.py); each is
+    answered alone: its timestamp, 409 for a live id, 404 for another principal's or one that
+    is gone; a refusal is not quarantined; each registration is its principal's."""
+    alice, bob, root = svc.client("alice"), svc.client("bob"), svc.client("root")
+    places = work.objects_at(1)
+    body = [{"id": 5000 + i, "x": o["x"], "y": o["y"], "keywords": o["keywords"][:1], "k": 2}
+            for i, o in enumerate(places)]
+    before = {name: pipeline.lake.version(name) for name in (tables.EVENTS, tables.QUARANTINE)}
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        made = list(pool.map(lambda b: (alice if b["id"] % 2 else bob).post("/v1/subscriptions", json=b), body))
+    assert [(r.status_code, r.json()["t"]) for r in made] == [(201, 1)] * len(body)
+    appends = pipeline.lake.version(tables.EVENTS) - before[tables.EVENTS]
+    assert 1 <= appends <= len(body) // 4, appends
+    registry = svc.service.registry
+    assert [registry.owner_of_registration(b["id"], 1) for b in body] == \
+        ["alice" if b["id"] % 2 else "bob" for b in body]
+    assert pipeline.round() == [1]
+    # Then deletions: alice's own (accepted), bob's by alice (404), an id live already (409), an
+    # unknown id (404), admin deleting one of bob's (accepted), a file's by alice (404); at once.
+    file_sub = min(pipeline.oracle(0))
+    calls = [("delete", alice, 5001, 202), ("delete", alice, 5003, 202), ("delete", alice, 5000, 404),
+             ("post", bob, 5004, 409), ("delete", bob, 424242, 404), ("delete", root, 5002, 202),
+             ("delete", alice, file_sub, 404)]
+
+    def call(c):
+        verb, who, sid, _ = c
+        if verb == "delete":
+            return who.delete(f"/v1/subscriptions/{sid}")
+        return who.post("/v1/subscriptions", json={**body[sid - 5000], "id": sid})
+
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        answers = list(pool.map(call, calls))
+    assert [a.status_code for a in answers] == [c[3] for c in calls], [a.text for a in answers]
+    assert all(a.json()["t"] == 2 for a in answers if a.status_code == 202)
+    assert "of yours" in answers[2].json()["detail"] and answers[3].json()["errors"][0]["field"] == "id"
+    assert pipeline.lake.version(tables.QUARANTINE) == before[tables.QUARANTINE]  # answered, not quarantined
+    assert pipeline.round() == [2]
+    live = pipeline.oracle(2)
+    assert {5001, 5003, 5002} & set(live) == set() and {5000, 5004} <= set(live) and file_sub in live
+
+
 def test_an_idempotency_key_returns_the_first_answer_and_refuses_another_body(pipeline, work, svc):
     alice = svc.client("alice")
     rows = [{k: v for k, v in r.items() if k != "t"} for r in work.objects_at(1)[:5]]

@@ -111,4 +111,13 @@ def test_the_vendored_web_assets_match_their_manifest():
     done = subprocess.run([str(repo / "scripts" / "vendor_web.sh"), "--check"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (repo / "lib/dkmsks/service/static/swagger-ui/VERSION").read_text().strip() == "swagger-ui-dist@5.36.0"
+    static = repo / "lib/dkmsks/service/static"
+    pinned = {"swagger-ui": "swagger-ui-dist@5.36.0", "leaflet": "leaflet@1.9.4",
+              "topojson-client": "topojson-client@3.1.0", "world-atlas": "world-atlas@2.0.2",
+              "us-atlas": "us-atlas@3.0.1"}
+    assert {p.name for p in static.iterdir() if p.is_dir()} == set(pinned)
+    listed = {line.split("  ./", 1)[1] for line in (static / "MANIFEST.sha256").read_text().splitlines()}
+    assert listed == {str(p.relative_to(static)) for p in static.rglob("*") if p.is_file()} - {"MANIFEST.sha256"}
+    for folder, version in pinned.items():
+        assert (static / folder / "VERSION").read_text().strip() == version
+        assert (static / folder / "LICENSE").stat().st_size > 500, f"{folder}: its licence travels with it"

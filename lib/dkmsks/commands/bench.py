@@ -21,6 +21,8 @@ BENCHMARKS = {
     "backlog": ("backlog", "a backlog of timestamps in one micro-batch run (peak memory, exactness)"),
     "freshness": ("freshness", "a live warehouse: publish latency, freshness, SQL reader, burst catch-up"),
     "storage": ("storage", "the warehouse on a folder and on object storage, side by side -> docs/benchmarks.md"),
+    "serve": ("serve", "delivery through dkm serve: 1,000 streams, publishers, follow mode, all over HTTP"),
+    "connect": ("connect", "SQL through Spark Connect (dkm sql --remote) beside dkm sql, per query"),
     "spot-check": ("spot_check", "a large warehouse's results for random subscriptions against the oracle"),
 }
 

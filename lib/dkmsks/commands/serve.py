@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recent result changes kept in memory for resuming streams (%(default)s)")
     p.add_argument("--registry", default=None, metavar="FILE",
                    help="subscription owners and idempotency keys (default <warehouse>/run/service-<database>.sqlite3)")
+    p.add_argument("--map-crs", default="auto", choices=["auto", "wgs84", "projected"],
+                   help="the live map's coordinates (/map): wgs84 draws country and state outlines under "
+                        "longitude/latitude, projected draws none; auto: wgs84 with --bounds wgs84 or when the plan's "
+                        "space lies within longitude/latitude's range (default %(default)s)")
+    p.add_argument("--frame-ancestor", action="append", default=[], metavar="ORIGIN",
+                   help="an origin that may embed /map in a frame, e.g. Airflow's http://127.0.0.1:8080 (repeat)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -86,6 +92,17 @@ def server(app: FastAPI, **options: Any) -> uvicorn.Server:
     return Server(uvicorn.Config(app, server_header=False, proxy_headers=False, lifespan="on", **options))
 
 
+def check_origin(text: str) -> str:
+    """An origin for ``--frame-ancestor``: ``scheme://host[:port]``, nothing else (it goes into a
+    Content-Security-Policy header)."""
+    import re
+
+    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:]+\](:[0-9]{1,5})?", text):
+        raise ValueError(f"--frame-ancestor {text!r}: give an origin, scheme://host[:port] "
+                         "(e.g. http://127.0.0.1:8080), without a path")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``dkm serve`` with the parsed ``args``; the exit status."""
     from pathlib import Path
@@ -109,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
         registry=Path(args.registry).resolve() if args.registry else registry_path(warehouse.run_dir,
                                                                                    warehouse.database),
         bounds=args.bounds, rate=args.rate, burst=args.burst, max_body=args.max_body, poll=args.poll,
-        heartbeat=args.heartbeat, stream_buffer=args.stream_buffer, ring=args.ring)
+        heartbeat=args.heartbeat, stream_buffer=args.stream_buffer, ring=args.ring, map_crs=args.map_crs,
+        frame_ancestors=tuple(check_origin(o) for o in args.frame_ancestor))
     sock = listening_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     scheme = "https" if args.ssl_certfile else "http"

@@ -17,5 +17,6 @@ One job per module:
 - :mod:`~dkmsks.service.publisher`: concurrent publishes grouped into few Delta commits;
 - :mod:`~dkmsks.service.events`: one tailer of the journal fanned out to every event stream;
 - :mod:`~dkmsks.service.metrics`: the Prometheus metrics;
-- :mod:`~dkmsks.service.assets`: the vendored web assets (Swagger UI) served by the service.
+- :mod:`~dkmsks.service.livemap`: the live map at ``/map`` and the reads it makes (its page in
+  ``web/``, the vendored Swagger UI, Leaflet and outlines in ``static/``: scripts/vendor_web.sh).
 """

@@ -99,15 +99,26 @@ class Registry:
     # ------------------------------------------------------------------ ownership
     def claim(self, sub_id: int, since_t: int, principal: str | None) -> None:
         """Record that the registration of ``sub_id`` at ``since_t`` belongs to ``principal``."""
+        self.claim_many([(sub_id, since_t, principal)])
+
+    def claim_many(self, claims: list[tuple[int, int, str | None]]) -> None:
+        """:meth:`claim` each ``(sub_id, since_t, principal)``, in one transaction (one fsync:
+        a group of subscribes is claimed at once, :mod:`~dkmsks.service.publisher`)."""
+        if not claims:
+            return
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)", (int(sub_id), int(since_t), principal))
-            times, owners = self._claims.setdefault(int(sub_id), ([], []))
-            at = bisect.bisect_left(times, int(since_t))
-            if at < len(times) and times[at] == int(since_t):
-                owners[at] = principal
-            else:
-                times.insert(at, int(since_t))
-                owners.insert(at, principal)
+            with self._db:  # BEGIN ... COMMIT
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
+                                     [(int(s), int(t), p) for s, t, p in claims])
+            for sub_id, since_t, principal in claims:
+                times, owners = self._claims.setdefault(int(sub_id), ([], []))
+                at = bisect.bisect_left(times, int(since_t))
+                if at < len(times) and times[at] == int(since_t):
+                    owners[at] = principal
+                else:
+                    times.insert(at, int(since_t))
+                    owners.insert(at, principal)
 
     def claimed(self, sub_id: int) -> bool:
         """Whether the service ever claimed ``sub_id``."""

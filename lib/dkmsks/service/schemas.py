@@ -157,3 +157,60 @@ class ProblemDoc(BaseModel):
     detail: str
     instance: str | None = None
     errors: list[FieldErrorDoc] | None = None
+
+
+# --------------------------------------------------------------------------- the map's reads
+
+
+class ObjectOut(BaseModel):
+    """A landed object."""
+
+    id: int
+    x: float
+    y: float
+    keywords: list[str]
+    t: int
+
+
+class ObjectList(BaseModel):
+    """Objects of the timestamps ``(since, until]``, or those asked for by id."""
+
+    objects: list[ObjectOut]
+    since: int | None = Field(description="exclusive start of the timestamps read (None: read by id)")
+    until: int = Field(description="the last timestamp read (default: the last processed one)")
+    total: int = Field(description="objects that matched, before the limit")
+    truncated: bool = Field(description="whether the limit left some out (the newest timestamps are kept)")
+
+
+class SnapshotSubscription(BaseModel):
+    """A live subscription at the snapshot's timestamp: its place, ``k``, keywords, the worker
+    that held it and its exact kNN, ordered by ``(distance, object id)``; the kNN ball's radius
+    is the k-th distance when the result holds ``k`` objects."""
+
+    id: int
+    x: float
+    y: float
+    k: int
+    keywords: list[str]
+    worker: int
+    registered_t: int
+    object_ids: list[int]
+    distances: list[float]
+    owner: str | None = Field(None, description="the principal it belongs to (shown to admin only)")
+
+
+class Snapshot(BaseModel):
+    """The subscriptions a map shows at processed timestamp ``t`` and where their result
+    objects are; at most ``limit`` of ``total``, in a fixed pseudo-random order of their ids."""
+
+    t: int
+    last_processed: int
+    horizon: int | None = Field(description="the oldest timestamp whose results can still be read (as_of)")
+    crs: Literal["wgs84", "projected"] = Field(description="wgs84: x is longitude and y latitude in degrees "
+                                                           "(the map draws country and state outlines); projected: "
+                                                           "plane coordinates, no basemap")
+    space: list[float] | None = Field(description="the current plan's space, [xmin, ymin, xmax, ymax]")
+    total: int
+    truncated: bool
+    subscriptions: list[SnapshotSubscription]
+    objects: list[ObjectOut] = Field(description="every object of the subscriptions' results")

@@ -31,7 +31,7 @@ quarantined in the same step, or, for an interactive caller, refuse the whole ba
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -172,7 +172,8 @@ class RefusedRows(InputError):
 
 def publish_rows(warehouse: Warehouse, *, objects: pa.Table | None = None, events: pa.Table | None = None,
                  rejected: Sequence[tuple[str, Rejection]] = (), run_id: str = "publish",
-                 who: str = "a publisher", strict: bool = False) -> PublishReport:
+                 who: str = "a publisher", strict: bool = False,
+                 interactive: Collection[str] = ()) -> PublishReport:
     """Append rows that passed row validation (:mod:`dkmsks.io.formats`; columns
     :data:`OBJECT_FIELDS` / :data:`EVENT_FIELDS`) to the landing tables in one step under the
     landing lock (module doc).
@@ -188,7 +189,10 @@ def publish_rows(warehouse: Warehouse, *, objects: pa.Table | None = None, event
     and line) and those refused here — are quarantined in the same step, each line once (a
     line keeps its first verdict, as in the Spark ingestion). With ``strict=True`` a refusal
     writes nothing at all and raises :class:`RefusedRows` instead: for interactive callers
-    (``dkm subscribe``, the client) that want an error, not a quarantine record.
+    (``dkm subscribe``, the client) that want an error, not a quarantine record. Rows of the
+    sources in ``interactive`` are refused the same way but alone: they are reported, not
+    quarantined, and the rest lands (the service's grouped subscribes, each answered with its
+    own error).
     """
     objects, events = _conform(objects, OBJECT_FIELDS), _conform(events, EVENT_FIELDS)
     report = PublishReport(refused=list(rejected))
@@ -210,8 +214,9 @@ def publish_rows(warehouse: Warehouse, *, objects: pa.Table | None = None, event
             report.refused += [(tables.EVENTS, r) for r in refusals]
         if strict and report.refused:
             raise RefusedRows(report.refused)
-        if report.refused:
-            rows = _new_quarantine(lake, _quarantine_rows(report.refused, run_id))
+        recorded = [(target, r) for target, r in report.refused if r.source not in interactive]
+        if recorded:
+            rows = _new_quarantine(lake, _quarantine_rows(recorded, run_id))
             if rows.num_rows:
                 lake.append(tables.QUARANTINE, rows)
             report.quarantined = rows.num_rows

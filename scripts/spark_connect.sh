@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Run a Spark Connect server over a warehouse (dkm spark-connect) in the background, with a PID
+# file, a log and a token, so that clients without a JVM can query the tables and views:
+#
+#   scripts/spark_connect.sh start [dkm spark-connect flags...]   # e.g. --warehouse W --port 15002
+#   scripts/spark_connect.sh status [--warehouse W] [--database D]
+#   scripts/spark_connect.sh stop   [--warehouse W] [--database D]   # SIGTERM to the PID, then waits
+#   dkm sql --remote sc://localhost:15002 "SELECT * FROM ledger ORDER BY t DESC LIMIT 5"
+#
+# Files: <warehouse>/run/spark-connect-<database>.pid, .log and .token (mode 600; made at the
+# first start: 32 random bytes that every client must send; delete it and restart to change it).
+# The server binds to 127.0.0.1 unless --host says otherwise, and Spark Connect has no TLS: a
+# client on another host reaches it through an SSH tunnel or a TLS-terminating proxy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+action=${1:-status}
+shift || true
+
+warehouse=${DKMSKS_WAREHOUSE:-$REPO/.cache/warehouse}
+database=${DKMSKS_DATABASE:-default}
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    --warehouse) warehouse=${args[i+1]} ;;
+    --warehouse=*) warehouse=${args[i]#*=} ;;
+    --database) database=${args[i+1]} ;;
+    --database=*) database=${args[i]#*=} ;;
+  esac
+done
+case "$warehouse" in
+  *://*) run=${DKMSKS_LOCAL_DIR:-$REPO/.cache/local/${warehouse#*://}}/run ;;  # object storage: this host's home
+  *) mkdir -p "$warehouse"; warehouse=$(cd "$warehouse" && pwd); run=$warehouse/run ;;
+esac
+pidfile=$run/spark-connect-$database.pid
+log=$run/spark-connect-$database.log
+token=$run/spark-connect-$database.token
+
+alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
+running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
+
+case "$action" in
+  start)
+    if running; then echo "spark-connect: already running (pid $(cat "$pidfile"))"; exit 0; fi
+    mkdir -p "$run"
+    if [ ! -s "$token" ]; then
+      PYTHONPATH=$REPO/lib${PYTHONPATH:+:$PYTHONPATH} "$REPO/.venv/bin/python" -c \
+        'import sys; from pathlib import Path; from dkmsks.spark.connect import make_token; make_token(Path(sys.argv[1]))' \
+        "$token"
+      echo "spark-connect: made the token $token (mode 600)"
+    fi
+    : > "$log"
+    setsid nohup "$REPO/.venv/bin/dkm" spark-connect --warehouse "$warehouse" --database "$database" "${args[@]}" \
+      >> "$log" 2>&1 < /dev/null &
+    echo $! > "$pidfile"
+    # Up when the server says it serves (after the tables and views are registered: ~10-30 s).
+    for _ in $(seq 1 600); do
+      if ! alive "$(cat "$pidfile")"; then echo "spark-connect: exited at start; last log lines:"; tail -n 20 "$log"; exit 1; fi
+      grep -q "dkm spark-connect: serving" "$log" 2>/dev/null && break
+      sleep 0.5
+    done
+    if ! grep -q "dkm spark-connect: serving" "$log"; then echo "spark-connect: not serving after 300 s; see $log"; exit 1; fi
+    echo "spark-connect: started (pid $(cat "$pidfile")), log $log"
+    grep "dkm spark-connect: serving" "$log" | tail -n 1
+    ;;
+  status)
+    if running; then echo "spark-connect: running (pid $(cat "$pidfile"))"; else echo "spark-connect: not running"; fi
+    [ -f "$log" ] && { echo "last log lines:"; tail -n 5 "$log"; }
+    running
+    ;;
+  stop)
+    if ! running; then echo "spark-connect: not running"; rm -f "$pidfile"; exit 0; fi
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid"
+    for _ in $(seq 1 120); do alive "$pid" || break; sleep 0.5; done
+    if alive "$pid"; then
+      echo "spark-connect: still running after 60 s; killing it and its JVM (the process group $pid)"
+      kill -KILL -- "-$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+    echo "spark-connect: stopped"
+    ;;
+  *)
+    echo "usage: scripts/spark_connect.sh start|status|stop [--warehouse W] [--database D] [dkm spark-connect flags]" >&2
+    exit 2
+    ;;
+esac
