@@ -14,6 +14,8 @@ One job per module:
 - :mod:`~dkmsks.service.registry`: who owns which subscription, and idempotency keys (SQLite);
 - :mod:`~dkmsks.service.schemas`: the request and response bodies;
 - :mod:`~dkmsks.service.problems`: errors as RFC 9457 problem details naming the field;
+- :mod:`~dkmsks.service.bodies`: request bodies read and validated, each broken rule a problem;
+- :mod:`~dkmsks.service.middleware`: the body-size limit and the requests' metrics (pure ASGI);
 - :mod:`~dkmsks.service.publisher`: concurrent publishes grouped into few Delta commits;
 - :mod:`~dkmsks.service.events`: one tailer of the journal fanned out to every event stream;
 - :mod:`~dkmsks.service.metrics`: the Prometheus metrics;

@@ -42,17 +42,19 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from dkmsks.client import Client, prepare_rows
 from dkmsks.io.formats import Bounds
 from dkmsks.service import schemas
 from dkmsks.service.auth import Principal, RateLimiter, TokenStore, bearer, retry_after
 from dkmsks.service.auth import Scope as TokenScope
+from dkmsks.service.bodies import ERRORS, OBJECTS, SUBSCRIPTION, json_body, refusal, request_schema, validated
 from dkmsks.service.events import HEARTBEAT, Hub, Position, Stream, format_id, parse_id
 from dkmsks.service.metrics import CONTENT_TYPE, Metrics
+from dkmsks.service.middleware import BodyLimit, RequestMetrics, problem_response
 from dkmsks.service.problems import PROBLEM_JSON, FieldError, Problem, field_of, invalid, pointer
 from dkmsks.service.publisher import Announced, Publisher
 from dkmsks.service.registry import Registry
@@ -104,101 +106,6 @@ class Service:
     status_cache: tuple[float, dict[str, Any]] | None = None
 
 
-# --------------------------------------------------------------------------- middleware (pure ASGI)
-
-
-class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413, before the route reads any of it:
-    by its ``Content-Length``, or, for a chunked body, as soon as what arrived passes it. The
-    body read is handed on to the route as it came."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI call."""
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        too_large = Problem(413, "body-too-large", "Content too large",
-                            f"the request body is larger than {self.limit:,} bytes (--max-body)")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _send_problem(send, too_large if declared.isdigit() else
-                                Problem(400, "bad-request", "Bad request", "Content-Length is not a number"),
-                                scope.get("path"))
-            return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _send_problem(send, too_large, scope.get("path"))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-class RequestMetrics:
-    """Count requests by route template and status, and time them to their first byte."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI call."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                route = getattr(scope.get("route"), "path", None) or "unmatched"
-                self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counted)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.requests.labels(route, str(status)).inc()
-
-
-async def _send_problem(send: Send, problem: Problem, instance: str | None) -> None:
-    body = problem.encode(instance)
-    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
-    headers += [(k.lower().encode(), v.encode()) for k, v in problem.headers.items()]
-    await send({"type": "http.response.start", "status": problem.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def problem_response(problem: Problem, instance: str | None = None) -> Response:
-    """A problem as a response."""
-    return Response(problem.encode(instance), status_code=problem.status, media_type=PROBLEM_JSON,
-                    headers=problem.headers)
-
-
 # --------------------------------------------------------------------------- who asks
 
 
@@ -241,60 +148,6 @@ Publishing = Annotated[Principal, Depends(require(TokenScope.PUBLISH))]
 Subscriber = Annotated[Principal, Depends(require(TokenScope.SUBSCRIBE))]
 Admin = Annotated[Principal, Depends(require(TokenScope.ADMIN))]
 Anyone = Annotated[Principal, Depends(require(None))]
-
-
-# --------------------------------------------------------------------------- request bodies
-
-
-def _json_body(raw: bytes, content_type: str | None) -> Any:
-    if content_type and "json" not in content_type.split(";")[0].lower():
-        raise Problem(415, "unsupported-media-type", "Unsupported media type",
-                      f"send the body as application/json, not {content_type.split(';')[0]}")
-    try:
-        return json.loads(raw)
-    except ValueError as err:
-        raise Problem(400, "malformed-json", "Malformed JSON", f"the body is not JSON: {err}") from None
-
-
-def _field_errors(err: ValidationError, prefix: tuple[str | int, ...] = ()) -> list[FieldError]:
-    out = []
-    for e in err.errors(include_url=False):
-        loc = (*prefix, *e["loc"])
-        names = [p for p in loc if isinstance(p, str)]
-        out.append(FieldError(pointer(*loc), names[-1] if names else "", e["msg"]))
-    return out
-
-
-def _model(adapter: TypeAdapter[Any], data: Any, prefix: tuple[str | int, ...] = ()) -> Any:
-    try:
-        return adapter.validate_python(data)
-    except ValidationError as err:
-        raise invalid(_field_errors(err, prefix)) from None
-
-
-def _request_schema(model: type[BaseModel], *, batch: bool = False) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    if batch:
-        schema = {"oneOf": [schema, {"type": "array", "items": schema, "maxItems": schemas.MAX_BATCH}]}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-_SUBSCRIPTION = TypeAdapter(schemas.SubscriptionIn)
-_OBJECTS = TypeAdapter(list[schemas.ObjectIn])
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": schemas.ProblemDoc, "content": {PROBLEM_JSON: {}}, "description": text}
-    for code, text in ((400, "malformed request"), (401, "no valid token"), (403, "the token lacks the scope"),
-                       (404, "no such subscription (or another principal's)"), (413, "body too large"),
-                       (422, "a field breaks a rule"), (429, "rate limited (Retry-After)"))}
-
-
-def _refusal(err: ValueError, *, status: int = 422) -> Problem:
-    """A refusal of the readers' rules or of the landing protocol, naming its field."""
-    reason = str(err.refused[0][1].reason) if isinstance(err, RefusedRows) and err.refused else str(err)
-    name = field_of(reason)
-    conflict = isinstance(err, RefusedRows) and name == "id"
-    return invalid([FieldError(pointer(name) if name else "#", name, reason)]) if not conflict else Problem(
-        409, "conflict", "Conflict", reason, [FieldError(pointer(name), name, reason)])
 
 
 # --------------------------------------------------------------------------- subscriptions
@@ -353,20 +206,20 @@ def _subscription(service: Service, who: Principal, found: _Found) -> schemas.Su
 
 def _routes(app: FastAPI) -> None:
     @app.post("/v1/subscriptions", status_code=201, response_model=schemas.SubscriptionCreated,
-              responses={**_ERRORS, 409: _ERRORS[404] | {"description": "the id is live"}},
-              openapi_extra=_request_schema(schemas.SubscriptionIn), tags=["subscriptions"])
+              responses={**ERRORS, 409: ERRORS[404] | {"description": "the id is live"}},
+              openapi_extra=request_schema(schemas.SubscriptionIn), tags=["subscriptions"])
     async def create_subscription(request: Request, who: Subscriber) -> Response:
         """Register a subscription at the next open timestamp; its result is exact from then on
         (watch it with ``/v1/events?sub=ID&after=<t - 1>``)."""
         service = service_of(request)
-        body = _model(_SUBSCRIPTION, _json_body(await request.body(), request.headers.get("content-type")))
+        body = validated(SUBSCRIPTION, json_body(await request.body(), request.headers.get("content-type")))
         sid = body.id if body.id is not None else _new_id(service)
         row = {"op": "insert", "id": sid, "x": body.x, "y": body.y, "keywords": body.keywords, "k": body.k}
         t = await _subscription_event(service, who, row)
         created = schemas.SubscriptionCreated(id=sid, t=t)
         return JSONResponse(created.model_dump(), status_code=201, headers={"Location": f"/v1/subscriptions/{sid}"})
 
-    @app.get("/v1/subscriptions", response_model=schemas.SubscriptionList, responses=_ERRORS,
+    @app.get("/v1/subscriptions", response_model=schemas.SubscriptionList, responses=ERRORS,
              tags=["subscriptions"])
     async def list_subscriptions(request: Request, who: Subscriber,
                                  limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> schemas.SubscriptionList:
@@ -381,21 +234,21 @@ def _routes(app: FastAPI) -> None:
                 if who.is_admin or service.registry.owner_of_registration(sid, f.t) == who.name]
         return schemas.SubscriptionList(subscriptions=[_subscription(service, who, f) for f in mine])
 
-    @app.get("/v1/subscriptions/{sub_id}", response_model=schemas.Subscription, responses=_ERRORS,
+    @app.get("/v1/subscriptions/{sub_id}", response_model=schemas.Subscription, responses=ERRORS,
              tags=["subscriptions"])
     async def get_subscription(request: Request, sub_id: int, who: Subscriber) -> schemas.Subscription:
         """One subscription: where, which keywords, ``k``, when it registered, live or pending."""
         return _subscription(service_of(request), who, await _owned(request, who, sub_id))
 
     @app.delete("/v1/subscriptions/{sub_id}", status_code=202, response_model=schemas.SubscriptionDeleted,
-                responses=_ERRORS, tags=["subscriptions"])
+                responses=ERRORS, tags=["subscriptions"])
     async def delete_subscription(request: Request, sub_id: int, who: Subscriber) -> schemas.SubscriptionDeleted:
         """Unsubscribe at the next open timestamp (no result from then on)."""
         t = await _subscription_event(service_of(request), who, {"op": "delete", "id": sub_id})
         return schemas.SubscriptionDeleted(id=sub_id, t=t)
 
     @app.get("/v1/subscriptions/{sub_id}/results", response_model=schemas.Result,
-             responses={**_ERRORS, 409: {"description": "registered, not processed yet"},
+             responses={**ERRORS, 409: {"description": "registered, not processed yet"},
                         410: {"description": "as_of is beyond the as-of horizon"}}, tags=["subscriptions"])
     async def subscription_results(request: Request, sub_id: int, who: Subscriber,
                                    as_of: Annotated[int | None, Query(description="a processed timestamp "
@@ -424,8 +277,8 @@ def _routes(app: FastAPI) -> None:
 
     # ------------------------------------------------------------------ publishing
     @app.post("/v1/objects", status_code=202, response_model=schemas.PublishAccepted,
-              responses={**_ERRORS, 422: _ERRORS[422] | {"description": "no row could be published"}},
-              openapi_extra={**_request_schema(schemas.ObjectIn, batch=True), "parameters": [
+              responses={**ERRORS, 422: ERRORS[422] | {"description": "no row could be published"}},
+              openapi_extra={**request_schema(schemas.ObjectIn, batch=True), "parameters": [
                   {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string",
                                                                                             "maxLength": 200},
                    "description": "a retry with the same key and body gets the first answer"}]},
@@ -476,7 +329,7 @@ def _routes(app: FastAPI) -> None:
         return _publish_response(status, body)
 
     # ------------------------------------------------------------------ events
-    @app.get("/v1/events", responses={**_ERRORS, 200: {"content": {"text/event-stream": {}},
+    @app.get("/v1/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},
                                                        "description": "the stream (events.py)"}},
              response_class=Response, tags=["events"])
     async def events(request: Request, who: Subscriber,
@@ -516,7 +369,7 @@ def _routes(app: FastAPI) -> None:
         return EventStream(service, stream, mode, start, at, reason)
 
     # ------------------------------------------------------------------ status
-    @app.get("/v1/status", response_model=schemas.Status, responses=_ERRORS, tags=["service"])
+    @app.get("/v1/status", response_model=schemas.Status, responses=ERRORS, tags=["service"])
     async def status(request: Request, _: Anyone) -> dict[str, Any]:
         """The pipeline's plan, last processed and next open timestamps, pending timestamps and
         lag, worker loads (``dkm status``), and the service's streams."""
@@ -527,7 +380,7 @@ def _routes(app: FastAPI) -> None:
             service.status_cache = cached = (time.monotonic(), body)
         return {**cached[1], "streams": len(service.hub.streams), "events_through": service.hub.position}
 
-    @app.get("/metrics", response_class=Response, responses=_ERRORS, tags=["service"])
+    @app.get("/metrics", response_class=Response, responses=ERRORS, tags=["service"])
     async def metrics(request: Request, _: Admin) -> Response:
         """Prometheus metrics (text format 0.0.4)."""
         service = service_of(request)
@@ -558,13 +411,13 @@ async def _subscription_event(service: Service, who: Principal, row: dict[str, A
     # One row: ~0.6 ms here, less than a trip to a worker thread and back.
     prepared = prepare_rows((), [row], t=None, source=f"api-subscription:{who.name}", bounds=service.config.bounds)
     if prepared.rejected:
-        raise _refusal(ValueError(prepared.rejected[0][1].reason))
+        raise refusal(ValueError(prepared.rejected[0][1].reason))
     outcome = await service.publisher.subscription(prepared, row["op"], sid, principal=who.name, admin=who.is_admin)
     if outcome.refused:
         reason = outcome.refused[0].reason
         if reason == NOT_YOURS % sid:
             raise Problem(404, "not-found", "Not found", f"no subscription {sid} of yours is live or pending")
-        raise _refusal(RefusedRows([(tables.EVENTS, r) for r in outcome.refused]))
+        raise refusal(RefusedRows([(tables.EVENTS, r) for r in outcome.refused]))
     assert outcome.t is not None, "a row without t lands at the next open timestamp"
     return int(outcome.t)
 
@@ -588,7 +441,7 @@ async def _publish(service: Service, who: Principal, raw: bytes,
 
 async def _publish_announced(service: Service, who: Principal, raw: bytes, content_type: str | None,
                              started: float, ticket: Announced) -> tuple[int, dict[str, Any]]:
-    data = _json_body(raw, content_type)
+    data = json_body(raw, content_type)
     single = isinstance(data, dict)
     rows = [data] if single else data
     if not isinstance(rows, list):
@@ -598,7 +451,7 @@ async def _publish_announced(service: Service, who: Principal, raw: bytes, conte
                       f"{len(rows):,} objects in one request; send at most {schemas.MAX_BATCH:,}")
     if not rows:
         raise invalid([FieldError("#", "", "the array holds no object")])
-    objects = [_model(TypeAdapter(schemas.ObjectIn), data)] if single else _model(_OBJECTS, rows)
+    objects = [validated(TypeAdapter(schemas.ObjectIn), data)] if single else validated(OBJECTS, rows)
     given = [o.model_dump(exclude_none=True) for o in objects]
     prepared = await asyncio.to_thread(prepare_rows, given, (), t=None, source=f"api:{who.name}",
                                        bounds=service.config.bounds)

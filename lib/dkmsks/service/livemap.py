@@ -43,8 +43,9 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from dkmsks.io.formats import WGS84, Bounds
 from dkmsks.service import schemas
-from dkmsks.service.app import _ERRORS, Service, Subscriber, service_of
+from dkmsks.service.app import Service, Subscriber, service_of
 from dkmsks.service.auth import Principal
+from dkmsks.service.bodies import ERRORS
 from dkmsks.service.problems import FieldError, Problem, invalid
 
 WEB = Path(__file__).resolve().parent / "web"
@@ -150,7 +151,7 @@ def routes(app: FastAPI) -> None:
     """Add the map's page and reads to ``app``."""
 
     @app.get("/v1/snapshot", response_model=schemas.Snapshot,
-             responses={**_ERRORS, 410: {"description": "as_of is beyond the as-of horizon"}}, tags=["map"])
+             responses={**ERRORS, 410: {"description": "as_of is beyond the as-of horizon"}}, tags=["map"])
     async def snapshot(request: Request, who: Subscriber,
                        as_of: Annotated[int | None, Query(description="a processed timestamp (default: the "
                                                                       "last)")] = None,
@@ -171,7 +172,7 @@ def routes(app: FastAPI) -> None:
         except ValueError as err:
             raise _read_problem(err) from None
 
-    @app.get("/v1/objects", response_model=schemas.ObjectList, responses=_ERRORS, tags=["map"])
+    @app.get("/v1/objects", response_model=schemas.ObjectList, responses=ERRORS, tags=["map"])
     async def list_objects(request: Request, who: Subscriber,
                            since: Annotated[int | None, Query(description="objects of timestamps after this")] = None,
                            until: Annotated[int | None, Query(description="through this timestamp (default: the "
