@@ -17,42 +17,10 @@ REPO=$PWD
 action=${1:-status}
 shift || true
 
-warehouse=${DKMSKS_WAREHOUSE:-$REPO/.cache/warehouse}
-database=${DKMSKS_DATABASE:-default}
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[i]}" in
-    --warehouse) warehouse=${args[i+1]} ;;
-    --warehouse=*) warehouse=${args[i]#*=} ;;
-    --database) database=${args[i+1]} ;;
-    --database=*) database=${args[i]#*=} ;;
-  esac
-done
-case "$warehouse" in
-  *://*)
-    # On object storage (s3://bucket/prefix) the tables are there, and this host's process files
-    # in its local home ($DKMSKS_LOCAL_DIR or .cache/local/<bucket>/<prefix>, dkmsks.warehouse).
-    run=$("$REPO/.venv/bin/python" -c '
-import sys
-from dkmsks.warehouse import Warehouse
-try:
-    print(Warehouse(sys.argv[1]).run_dir)
-except ValueError as err:
-    sys.exit(f"follow: {err}")' "$warehouse") || exit 2
-    ;;
-  *)
-    mkdir -p "$warehouse"
-    warehouse=$(cd "$warehouse" && pwd)
-    run=$warehouse/run
-    ;;
-esac
-pidfile=$run/follow-$database.pid
-log=$run/follow-$database.log
+# shellcheck source=scripts/service_files.sh
+source "$REPO/scripts/service_files.sh"
+service_files follow "$@"
 statusfile=$run/follow-$database.status.json
-
-# Alive and not a zombie (a killed service whose parent has not reaped it yet is not running).
-alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
-running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
 
 case "$action" in
   start)

@@ -15,27 +15,9 @@ REPO=$PWD
 action=${1:-status}
 shift || true
 
-warehouse=${DKMSKS_WAREHOUSE:-$REPO/.cache/warehouse}
-database=${DKMSKS_DATABASE:-default}
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[i]}" in
-    --warehouse) warehouse=${args[i+1]} ;;
-    --warehouse=*) warehouse=${args[i]#*=} ;;
-    --database) database=${args[i+1]} ;;
-    --database=*) database=${args[i]#*=} ;;
-  esac
-done
-case "$warehouse" in
-  *://*) run=${DKMSKS_LOCAL_DIR:-$REPO/.cache/local/${warehouse#*://}}/run ;;  # object storage: this host's home
-  *) mkdir -p "$warehouse"; warehouse=$(cd "$warehouse" && pwd); run=$warehouse/run ;;
-esac
-pidfile=$run/serve-$database.pid
-log=$run/serve-$database.log
-
-# Alive and not a zombie (a killed service whose parent has not reaped it yet is not running).
-alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
-running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
+# shellcheck source=scripts/service_files.sh
+source "$REPO/scripts/service_files.sh"
+service_files serve "$@"
 
 case "$action" in
   start)
