@@ -54,6 +54,8 @@ class UpdateStats:
     #: Distinct objects of the accepted pairs: the objects this worker needed (the minimum an
     #: object routing must send it, docs/design.md §2.6); counted by :func:`process_batch`.
     objects_accepted: int = 0
+    #: Their ids, ascending (:func:`process_batch`).
+    accepted_ids: Int64Array = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
 
     def __iadd__(self, other: UpdateStats) -> UpdateStats:
         self.objects += other.objects
@@ -170,7 +172,8 @@ def process_batch(
     if kernel_name(kernel) == "numba":
         rows, oid, d2, _, tested = index.lookup_accept(state, objects, probe)
         stats.pairs_tested = int(tested.sum())
-        stats.objects_accepted = _distinct(oid)
+        stats.accepted_ids = _distinct(oid)
+        stats.objects_accepted = int(stats.accepted_ids.shape[0])
         touched, _, stats.pairs_accepted = merge_accepted(state, rows, oid, d2)
         stats.subs_updated = int(touched.shape[0])
         stats.updated_rows = touched
@@ -198,19 +201,18 @@ def process_batch(
     first = np.concatenate([[True], (rows[1:] != rows[:-1]) | (oid[1:] != oid[:-1])])
     rows, oid, d2 = rows[first], oid[first], d2[first]
     stats.pairs_accepted = int(rows.shape[0])
-    stats.objects_accepted = _distinct(oid)
+    stats.accepted_ids = _distinct(oid)
+    stats.objects_accepted = int(stats.accepted_ids.shape[0])
     touched = merge_results(state, rows, oid, d2)
     stats.subs_updated = int(touched.shape[0])
     stats.updated_rows = touched
     return stats
 
 
-def _distinct(values: Int64Array) -> int:
-    """How many distinct values ``values`` holds (by a sort: dkmsks.core.sets)."""
-    if values.shape[0] == 0:
-        return 0
+def _distinct(values: Int64Array) -> Int64Array:
+    """The distinct values of ``values``, ascending (by a sort: dkmsks.core.sets)."""
     ordered = np.sort(values)
-    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.shape[0] else ordered
 
 
 @dataclass
