@@ -34,9 +34,6 @@ CANDIDATES: tuple[tuple[str, str], ...] = (
     ("sedona-spark-shaded-4.0_2.13", "1.8.0"),
 )
 GROUP = "org.apache.sedona"
-#: The probe's query: five query points between objects 0..99 on a line, their 2 nearest.
-_PROBE_SQL = ("SELECT q.id AS qid, o.id AS oid FROM q JOIN o ON ST_KNN(q.g, o.g, 2, false) "
-              "ORDER BY qid, oid")
 _PROBE_EXPECTED = [(q, o) for q in range(5) for o in (q, q + 1)]
 _JAVA_ERROR = re.compile(r"^(?::\s*)?((?:java|scala|org)\.[\w.$]+(?:Error|Exception)[^\n]*)$", re.M)
 
@@ -87,7 +84,9 @@ def probe(jar: Path) -> list[tuple[int, int]]:
     spark = build_session(warehouse, app_name="sedona-probe", extra_conf=extra)
     spark.sql("SELECT id, ST_Point(CAST(id AS DOUBLE), 0.0) AS g FROM range(100)").createOrReplaceTempView("o")
     spark.sql("SELECT id, ST_Point(CAST(id AS DOUBLE) + 0.4, 0.0) AS g FROM range(5)").createOrReplaceTempView("q")
-    return [(int(r.qid), int(r.oid)) for r in spark.sql(_PROBE_SQL).collect()]
+    # Five query points between objects 0..99 on a line, their 2 nearest.
+    knn = spark.sql("SELECT q.id AS qid, o.id AS oid FROM q JOIN o ON ST_KNN(q.g, o.g, 2, false) ORDER BY qid, oid")
+    return [(int(r.qid), int(r.oid)) for r in knn.collect()]
 
 
 def try_load(jar: Path, timeout: float = 900) -> tuple[bool, str]:
