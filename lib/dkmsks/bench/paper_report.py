@@ -14,16 +14,18 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dkmsks.bench.common import DATASET_NAMES, describe_machine, load_average, machine, utc_now
+from dkmsks.bench.paper_format import f0, f1, f2, rel, table_row
 from dkmsks.bench.paper_history import History, section_key
+from dkmsks.bench.paper_notes import differences, missing
 from dkmsks.bench.paper_plots import plot_series, plot_spark, plot_sweep, plot_table2, plot_table3, plot_workers
-from dkmsks.bench.paper_points import FIGURES, PaperConfig, Store
+from dkmsks.bench.paper_points import PaperConfig, Store
 from dkmsks.bench.paper_results import (
     AVOIDED_BELOW,
     GROWS_ABOVE,
@@ -54,39 +56,9 @@ PAPER_T3 = {"knn": {"dkm": 471.00, "ps2": 32892.90, "kop": 7684.48, "sop": 18549
             "insert": {"dkm": 35.36, "ps2": 1.51, "kop": 1.59, "sop": 1110.65},
             "delete": {"dkm": 1.10, "ps2": 1.54, "kop": 1.42, "sop": 0.79}}
 PAPER_T3["update"] = {me: sum(PAPER_T3[part][me] for part in ("knn", "insert", "delete")) for me in NAMES}
-#: The paper's range of |S| (Figure 9): its smallest value and its default, the largest.
-PAPER_SMALLEST_SUBS, PAPER_SUBS = 2_500_000, 10_000_000
 #: The issue's target: DkM-SKS's total work at most this fraction of KOP's.
 WORK_TARGET = 0.01
 _HASH = re.compile(r"^[0-9a-f]{40}")
-
-
-# --------------------------------------------------------------------------- formatting
-def f0(x: float | None) -> str:
-    """A number without decimals, ``–`` when missing."""
-    return "–" if x is None or math.isnan(x) else f"{x:,.0f}"
-
-
-def f1(x: float | None) -> str:
-    """A number with one decimal, ``–`` when missing."""
-    return "–" if x is None or math.isnan(x) else f"{x:,.1f}"
-
-
-def f2(x: float | None) -> str:
-    """A number with two decimals, ``–`` when missing."""
-    return "–" if x is None or math.isnan(x) else f"{x:.2f}"
-
-
-def rel(path: Path, docs: Path) -> str:
-    """``path`` relative to the report's folder (as given when outside it)."""
-    try:
-        return str(path.resolve().relative_to(docs.parent.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _row(*cells: object) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 # --------------------------------------------------------------------------- document
@@ -197,7 +169,8 @@ def render(res: Results, pngs: dict[str, str], command: str, older: Older) -> st
             parts.append(prose("sweep.fig9_alone", doc=pngs["fig9_alone"],
                                plot=f"\n\n![{prose('sweep.fig9_alone.title')}]({plot})" if plot else ""))
     parts += section("spark", lambda: _spark(res, pngs.get("spark")))
-    parts += [_sedona(res), _differences(res), _missing(res)]
+    unmeasured = [t for e in exps if not (res.spark() if e == "spark" else res.measured(e)) for t in SECTIONS[e]]
+    parts += [_sedona(res), differences(res, _machines(res.engine())[0]["nproc"]), missing(res, unmeasured)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
 
@@ -305,22 +278,22 @@ def _parameters(res: Results) -> str:
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for ds in cfg.datasets:
         p = cfg.table_point(ds, "dkm", "live")
-        lines.append(_row("Tables 2–3, targets", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
+        lines.append(table_row("Tables 2–3, targets", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
                           p.k_max, p.T, "–"))
     for ds in cfg.datasets:
         p = cfg.series_point(ds, "dkm", "live")
-        lines.append(_row("Figure 7", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m, p.k_max,
+        lines.append(table_row("Figure 7", DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m, p.k_max,
                           cfg.t_series, "–"))
     if res.measured("ps2long"):
         for ds in cfg.datasets:
             p = cfg.ps2_long_point(ds)
-            lines.append(_row(prose("parameters.ps2long"), DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
+            lines.append(table_row(prose("parameters.ps2long"), DATASET_NAMES[ds], f"{p.o_init:,}", f"{p.subs:,}", p.m,
                               p.k_max, p.T, "–"))
     for ds in cfg.datasets:
         for fig in (f for f in SWEEPS if res.measured(f)):
             name, values = cfg.sweep_values(fig, ds)
             b = cfg.base(ds, series=False)
-            lines.append(_row(
+            lines.append(table_row(
                 "Figure " + fig[3:], DATASET_NAMES[ds], f"{b.o_init:,}",
                 "varied" if name == "subs" else f"{b.subs:,}", "varied" if name == "m" else b.m,
                 "varied" if name == "k_max" else b.k_max, cfg.t_sweep,
@@ -344,7 +317,7 @@ def _headline(res: Results) -> str:
         out.append(prose("headline.setting", dataset=DATASET_NAMES[ds], o_init=f"{p.o_init:,}",
                          subs=f"{p.subs:,}", m=p.m, k_max=p.k_max, T=p.T))
         out.append(_SUMMARY_HEAD + "\n" + "\n".join(
-            _row(label(me, nc), f1(s["update"]), f1(s["knn"]), f1(s["insert"]), f1(s["delete"]),
+            table_row(label(me, nc), f1(s["update"]), f1(s["knn"]), f1(s["insert"]), f1(s["delete"]),
                  f1(s["refresh"]), f1(s["balance"]), f0(s["work"]), f0(s["work_max"]), f0(s["work_mean"]),
                  f0(s["min_work"]), f1(ratio(s["work"], s["min_work"])), f2(s["imbalance"]))
             for (me, nc), s in summ.items()))
@@ -401,12 +374,12 @@ def _table2(res: Results, png: str | None) -> str:
     others = [me for me in METHODS if me != "dkm"]
     lines = [prose("table2", cores=_machines(res.engine())[0]["nproc"], subs=" / ".join(f"{v:,}" for v in subs)),
              "", *([f"![{prose('table2.png_title')}]({png})", ""] if png else []),
-             _row("data set", "source", *(NAMES[me] for me in METHODS),
+             table_row("data set", "source", *(NAMES[me] for me in METHODS),
                   *(f"{NAMES[me]} / DkM-SKS" for me in others)), "|---|---|" + "---:|" * (2 * len(METHODS) - 1)]
     for ds in res.cfg.datasets:
         summ = res.default_setting(ds)
         name, pp = DATASET_NAMES[ds], PAPER_T2[ds]
-        lines.append(_row(name, prose("source.paper"), *(f"{pp[me]:,.2f}" for me in METHODS),
+        lines.append(table_row(name, prose("source.paper"), *(f"{pp[me]:,.2f}" for me in METHODS),
                           *(f"{pp[me] / pp['dkm']:.1f}" for me in others)))
         live = {me: summ.get((me, "live")) for me in METHODS}
         # The paper-estimate row: DkM-SKS and SOP with the paper's estimate; KOP and PS²Stream
@@ -417,11 +390,11 @@ def _table2(res: Results, png: str | None) -> str:
             if base is None or all(row[me] is None for me in others):
                 continue
             cells = {me: x["balance"] for me, x in row.items() if x is not None}
-            lines.append(_row(name, source, *(f1(cells.get(me)) for me in METHODS),
+            lines.append(table_row(name, source, *(f1(cells.get(me)) for me in METHODS),
                               *(f"{ratio(cells[me], base['balance']):.1f}" if me in cells else "–" for me in others)))
         if live["dkm"] is not None:
             spread = {me: x["work_max"] - x["work_min"] for me, x in live.items() if x}
-            lines.append(_row(name, prose("source.work_spread"), *(f0(spread.get(me)) for me in METHODS),
+            lines.append(table_row(name, prose("source.work_spread"), *(f0(spread.get(me)) for me in METHODS),
                               *(f"{ratio(spread[me], spread['dkm']):.1f}" if me in spread else "–" for me in others)))
     return "\n".join(lines)
 
@@ -443,20 +416,20 @@ def _table3(res: Results, png: str | None) -> str:
         ours = [v for v in _T3_OURS if v in summ]
         head = (["part"] + ([prose("source.paper_method", method=NAMES[me]) for me in METHODS] if with_paper else [])
                 + [label(*v) for v in ours])
-        lines = [_row(*head), "|---|" + "---:|" * (len(head) - 1)]
+        lines = [table_row(*head), "|---|" + "---:|" * (len(head) - 1)]
         for key, part in _T3_PARTS:
             pp = PAPER_T3.get(key)
             cells: list[str] = [part]
             if with_paper:
                 cells += [f"{pp[me]:,.2f}" for me in METHODS] if pp else ["–"] * len(METHODS)
             cells += [f1(summ[v][key]) for v in ours]
-            lines.append(_row(*cells))
+            lines.append(table_row(*cells))
         # Ratios to DkM-SKS, ours beside the paper's.
         others = [me for me in METHODS if me != "dkm" and (me, "live") in summ]
         rhead = ["part"] + [prose("source.ratio", method=NAMES[me], source=src) for me in others
                             for src in ((prose("source.paper"), prose("source.ours")) if with_paper
                                         else (prose("source.ours"),))]
-        rlines = [_row(*rhead), "|---|" + "---:|" * (len(rhead) - 1)]
+        rlines = [table_row(*rhead), "|---|" + "---:|" * (len(rhead) - 1)]
         for key, part in _T3_PARTS:
             pp = PAPER_T3.get(key)
             cells = [part]
@@ -464,7 +437,7 @@ def _table3(res: Results, png: str | None) -> str:
                 if with_paper:
                     cells.append(f2(pp[me] / pp["dkm"]) if pp else "–")
                 cells.append(f2(ratio(summ[(me, "live")][key], d[key])))
-            rlines.append(_row(*cells))
+            rlines.append(table_row(*cells))
         out += [f"**{DATASET_NAMES[ds]}**", "\n".join(lines), prose("table3.ratios"), "\n".join(rlines)]
     return "\n\n".join(out)
 
@@ -478,7 +451,7 @@ def _fig7(res: Results, pngs: dict[str, str]) -> str:
         for me, nc in res.cfg.variants_series:
             g = res.series_growth(ds, me, nc)
             if g is not None:
-                lines.append(_row(DATASET_NAMES[ds], label(me, nc), f"×{g['update']:.2f}", f"×{g['knn']:.2f}",
+                lines.append(table_row(DATASET_NAMES[ds], label(me, nc), f"×{g['update']:.2f}", f"×{g['knn']:.2f}",
                                   f"×{g['insert']:.2f}", f"×{g['work_max']:.2f}", f"{g['imb0']:.2f} → {g['imb1']:.2f}"))
     out = ["\n".join(lines), prose("fig7.methods", w=w)]
     head = ["| data set | timestamps | " + " | ".join(NAMES[me] for me in METHODS) + " | DkM-SKS / best other |",
@@ -492,7 +465,7 @@ def _fig7(res: Results, pngs: dict[str, str]) -> str:
         for name, part in ((prose("fig7.window.all", n=n), slice(0, n)), (prose("fig7.window.first", w=w), slice(0, w)),
                            (prose("fig7.window.last", w=w), slice(n - w, n))):
             cells = {me: 1e3 * float(np.mean(r["ts"]["update"][part])) for me, r in recs.items() if r is not None}
-            head.append(_row(DATASET_NAMES[ds], name, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
+            head.append(table_row(DATASET_NAMES[ds], name, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
         whole = {me: summarize(r) for me, r in recs.items() if r is not None}
         orderings.append(_ordering("fig7", ds, [(prose("fig7.whole_run"), whole)]))
     return "\n\n".join([*out, "\n".join(head), *orderings])
@@ -528,7 +501,7 @@ def _workers(res: Results, png: str | None) -> str:
                 pw = per_worker(rec) if rec is not None else None
                 if pw is None:
                     continue
-                rows.append(_row(DATASET_NAMES[ds], setting, label(me, nc), f2(pw["est0_spread"]),
+                rows.append(table_row(DATASET_NAMES[ds], setting, label(me, nc), f2(pw["est0_spread"]),
                                  f2(pw["est1_spread"]), f"{f2(pw['work_first_spread'])} ({pw['w']})",
                                  f"{f2(pw['work_last_spread'])} ({pw['w']})", f2(pw["time_first_spread"]),
                                  f2(pw["time_last_spread"]), f2(pw["corr_first"]), f2(pw["corr_last"]),
@@ -637,7 +610,7 @@ def _sweep(res: Results, fig: str, png: str) -> str:
             extra = key == "work"
             if extra:
                 head.append(prose("sweep.min_work"))
-            lines = [prose(caption), "", _row(*head), "|" + "---:|" * len(head)]
+            lines = [prose(caption), "", table_row(*head), "|" + "---:|" * len(head)]
             for v in values:
                 cells = [table[var][v] for var in variants]
                 shown = [fmt(s[key]) + (f" ({f2(s['imbalance'])})" if key == "work_max" else "") if s is not None
@@ -648,7 +621,7 @@ def _sweep(res: Results, fig: str, png: str) -> str:
                 if extra:
                     mins = [s["min_work"] for s, _ in cells if s is not None]
                     row.append(f0(mins[0]) if mins else "–")
-                lines.append(_row(*row))
+                lines.append(table_row(*row))
             out.append("\n".join(lines))
     return "\n\n".join(out)
 
@@ -727,22 +700,22 @@ def _spark(res: Results, png: str | None) -> str:
     for r in sorted(recs, key=lambda r: (r["point"]["m"], r["point"]["method"])):
         p = r["point"]
         if r["status"] != "ok":
-            lines.append(_row(NAMES[p["method"]], p["m"], prose("spark.failed", error=r.get("error", "")[:160]),
+            lines.append(table_row(NAMES[p["method"]], p["m"], prose("spark.failed", error=r.get("error", "")[:160]),
                               *[""] * 9))
             continue
         s = summarize_spark(r)
-        lines.append(_row(NAMES[p["method"]], p["m"], f1(s["update"]), f1(s["knn"]), f1(s["insert"]), f1(s["delete"]),
-                          f1(s["balance"]), f0(s["work"]), f0(s["work_max"]), f2(s["imbalance"]), f0(s["min_work"]),
-                          f0(s["run_s"])))
+        lines.append(table_row(NAMES[p["method"]], p["m"], f1(s["update"]), f1(s["knn"]), f1(s["insert"]),
+                               f1(s["delete"]), f1(s["balance"]), f0(s["work"]), f0(s["work_max"]),
+                               f2(s["imbalance"]), f0(s["min_work"]), f0(s["run_s"])))
     out.append("\n".join(lines))
     by_m: dict[int, dict[str, dict[str, float]]] = {}
     for r in ok:
         by_m.setdefault(r["point"]["m"], {})[r["point"]["method"]] = summarize_spark(r)
-    pivot = [prose("spark.methods"), "", _row("m", *(NAMES[me] for me in METHODS), prose("sweep.best_other")),
+    pivot = [prose("spark.methods"), "", table_row("m", *(NAMES[me] for me in METHODS), prose("sweep.best_other")),
              "|" + "---:|" * (len(METHODS) + 2)]
     for m in sorted(by_m):
         cells = {me: by_m[m][me]["update"] for me in METHODS if me in by_m[m]}
-        pivot.append(_row(m, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
+        pivot.append(table_row(m, *(f1(cells.get(me)) for me in METHODS), _best_ratio(cells)))
     out.insert(2 if png is not None else 1, "\n".join(pivot))
     ordering = _ordering("spark", p0["dataset"], [(f"m = {m}", by_m[m]) for m in sorted(by_m)])
     out.insert(3 if png is not None else 2, ordering)
@@ -756,7 +729,7 @@ def _sedona(res: Results) -> str:
     if not path.is_file():
         return prose("sedona.not_tried")
     rec = json.loads(path.read_text())
-    rows = [_row(f"`{t['artifact']}:{t['version']}`",
+    rows = [table_row(f"`{t['artifact']}:{t['version']}`",
                  prose("sedona.fetched") if t["fetched"] else prose("sedona.not_fetched", error=t["fetch_error"]),
                  "–" if not t["fetched"] else prose("sedona.loads") if t.get("loads")
                  else prose("sedona.fails", error=t.get("load_error", ""))) for t in rec["tried"]]
@@ -767,171 +740,3 @@ def _sedona(res: Results) -> str:
                                  commit=str(rec.get("commit", ""))[:10]),
                            "| release | Maven Central | loads on this Spark |\n|---|---|---|\n" + "\n".join(rows),
                            verdict])
-
-
-# --------------------------------------------------------------------------- where we differ
-def _differences(res: Results) -> str:
-    cfg = res.cfg
-    place = "place" in cfg.datasets
-    summ = res.default_setting("place") if place else {}
-    subs = sorted({cfg.table_point(ds, "dkm", "live").subs for ds in cfg.datasets})
-    bullets = [prose("differ", subs=" / ".join(f"{v:,}" for v in subs), cores=_machines(res.engine())[0]["nproc"])]
-    if any(res.default_setting(ds).get(("ps2", "live")) for ds in cfg.datasets):
-        bullets.append(prose("differ.ps2"))
-    d, dp, k = summ.get(("dkm", "live")), summ.get(("dkm", "paper")), summ.get(("kop", "live"))
-    if d and dp:
-        bullets.append(_new_cost(d, dp))
-    if place:
-        g = {v: res.series_growth("place", *v) for v in (("sop", "live"), ("sop", "paper"), ("dkm", "live"),
-                                                          ("kop", "live"))}
-        if g[("sop", "live")] and g[("sop", "paper")]:
-            bullets.append(_sop_over_time(res, g[("sop", "live")], g[("sop", "paper")]))
-        if g[("dkm", "live")]:
-            bullets.append(_dkm_over_time(g[("dkm", "live")], g[("kop", "live")]))
-        if res.measured("fig9"):
-            bullets.append(_small_subs(res))
-    if d:
-        bullets.append(prose("differ.balance_absolute", dkm_worker_work=f0(d["work_mean"])))
-    if d and k:
-        parts = [prose("differ.kop_balance", kop_imbalance=f2(k["imbalance"]), dkm_imbalance=f2(d["imbalance"])),
-                 prose("differ.kop_balance.relative_better" if k["imbalance"] <= d["imbalance"]
-                       else "differ.kop_balance.relative_worse")]
-        if k["balance"] > d["balance"]:
-            parts.append(prose("differ.kop_balance.absolute", kop_worker_work=f0(k["work_mean"]),
-                               dkm_worker_work=f0(d["work_mean"])))
-        bullets.append(" ".join(parts))
-    t_table = cfg.table_point(cfg.datasets[0], "dkm", "live").T if cfg.datasets else cfg.t_series
-    # How many runs the report's points actually merged (a run may have stopped early).
-    merged = {"Tables 2–3": [s["runs"] for ds in cfg.datasets for s in res.default_setting(ds).values()],
-              "Figure 7": [r["runs"] for ds in cfg.datasets for v in cfg.variants_series
-                           if (r := res.series(ds, *v)) is not None],
-              "PS²Stream over time": [r["runs"] for ds in cfg.datasets if res.measured("ps2long")
-                                      and (r := res.record(cfg.ps2_long_point(ds))) is not None]}
-    counts = "; ".join(f"{name}: {min(n)}" + (f"–{max(n)}" if max(n) > min(n) else "")
-                       for name, n in merged.items() if n)
-    once = all(x == 1 for n in merged.values() for x in n)
-    repeats = prose("differ.once" if once else "differ.repeats", runs=cfg.runs, counts=counts,
-                    t_series=cfg.t_series, t_table=t_table, t_sweep=cfg.t_sweep)
-    if res.spark():
-        repeats += " " + prose("differ.spark_once")
-    bullets.append(repeats)
-    return "\n".join(b for b in bullets if b)
-
-
-def _new_cost(d: dict[str, float], dp: dict[str, float]) -> str:
-    measured = dict(imbalance_paper=f2(dp["imbalance"]), imbalance_live=f2(d["imbalance"]),
-                    balance_paper=f1(dp["balance"]), balance_live=f1(d["balance"]), update_paper=f1(dp["update"]),
-                    update_live=f1(d["update"]), insert_paper=f1(dp["insert"]))
-    same_work = math.isclose(dp["work"], d["work"], rel_tol=1e-3)
-    return " ".join([
-        prose("differ.new_cost"),
-        prose("differ.new_cost.piles_up" if dp["imbalance"] > d["imbalance"] else "differ.new_cost.no_pile_up",
-              **measured),
-        prose("differ.new_cost.same_work" if same_work else "differ.new_cost.other_work",
-              work_paper=f0(dp["work"]), work_live=f0(d["work"]))])
-
-
-def _sop_over_time(res: Results, live: dict[str, Any], paper: dict[str, Any]) -> str:
-    sp = res.cfg.series_point("place", "sop", "live")
-    return " ".join([
-        prose("differ.sop", subs=f"{sp.subs:,}", T=sp.T, w=live["w"]),
-        prose("differ.sop.paper_grows" if paper["update"] > GROWS_ABOVE else "differ.sop.paper_flat",
-              update=f"{paper['update']:.2f}", work_max=f"{paper['work_max']:.2f}",
-              imbalance_first=f"{paper['imb0']:.2f}", imbalance_last=f"{paper['imb1']:.2f}",
-              subs_max=f"{paper['subs_max']:,}", subs_min=f"{paper['subs_min']:,}"),
-        prose("differ.sop.live_grows" if live["update"] > GROWS_ABOVE else "differ.sop.live_flat",
-              update=f"{live['update']:.2f}", work=f"{live['work']:.2f}", work_first=f0(live["work0"]),
-              work_last=f0(live["work1"]), subs_max=f"{live['subs_max']:,}", subs_min=f"{live['subs_min']:,}")])
-
-
-def _dkm_over_time(dkm: dict[str, Any], kop: dict[str, Any] | None) -> str:
-    trend = dict(update=f"{dkm['update']:.2f}", work=f"{dkm['work']:.1f}", work_first=f0(dkm["work0"]),
-                 work_last=f0(dkm["work1"]))
-    if dkm["update"] <= GROWS_ABOVE:
-        return prose("differ.dkm_flat", **trend)
-    rates = {f.name: f"{f.default:,}" for f in fields(WorkloadSpec) if f.name.endswith("_per_ts")}
-    kop_work = "" if kop is None else " " + prose("differ.dkm_grows.kop_work", work=f"{kop['work']:.2f}")
-    parts = [prose("differ.dkm_grows", min_work=f"{dkm['min_work']:.2f}", kop_work=kop_work, **trend)]
-    # Candidates growing much faster than the pairs inside the balls are the index's slack.
-    if dkm["work"] > 2 * dkm["min_work"]:
-        parts.append(prose("differ.dkm_grows.slack", **rates))
-    if kop is not None:
-        parts.append(prose("differ.dkm_grows.vs_kop", times=f0(ratio(kop["work1"], dkm["work1"]))))
-    return " ".join(parts)
-
-
-def _small_subs(res: Results) -> str:
-    _, values, table = res.sweep("fig9", "place")
-    dkm, kop = table.get(("dkm", "live"), {}), table.get(("kop", "live"), {})
-    rows = [(v, dkm[v][0], kop[v][0]) for v in values if dkm.get(v, (None,))[0] and kop.get(v, (None,))[0]]
-    if not rows or rows[0][0] >= PAPER_SMALLEST_SUBS:
-        return ""
-    faster = [v for v, d, k in rows if d["update"] < k["update"]]
-    slower = [v for v, d, k in rows if d["update"] >= k["update"]]
-    # "faster from X on": every measured |S| from X up is a win
-    tail = [v for i, (v, _, _) in enumerate(rows) if all(d["update"] < k["update"] for _, d, k in rows[i:])]
-    if tail:
-        not_faster = (" " + prose("differ.small_s.not_faster_at", values=", ".join(short(v) for v in slower))
-                      if slower else "")
-        speed = prose("differ.small_s.faster_from", subs=short(tail[0]), not_faster=not_faster)
-    elif faster:
-        speed = prose("differ.small_s.faster_at", faster=", ".join(short(v) for v in faster),
-                      slower=", ".join(short(v) for v in slower))
-    else:
-        speed = prose("differ.small_s.never_faster")
-    more_work = [v for v, d, k in rows if d["work"] >= k["work"]]
-    work = (prose("differ.small_s.more_work_at", values=", ".join(short(v) for v in more_work)) if more_work
-            else prose("differ.small_s.less_work_everywhere"))
-    cells = "; ".join(prose("differ.small_s.cell", subs=short(v), dkm=f0(d["update"]), kop=f0(k["update"]),
-                            inverse=f0(ratio(k["work"], d["work"]))) for v, d, k in rows)
-    parts = [prose("differ.small_s")]
-    smallest, d_smallest = rows[0][0], rows[0][1]
-    if d_smallest["knn"] < 0.5 * d_smallest["update"]:
-        parts.append(prose("differ.small_s.fixed_costs", subs=short(smallest),
-                           knn_share=f"{d_smallest['knn'] / d_smallest['update']:.0%}"))
-    return " ".join([*parts, prose("differ.small_s.cells", cells=cells), speed, work])
-
-
-# --------------------------------------------------------------------------- not measured
-def _missing(res: Results) -> str:
-    cfg = res.cfg
-
-    def describe(p: dict[str, Any]) -> str:
-        return (f"{'Spark ' if p.get('kind') == 'spark' else ''}{DATASET_NAMES.get(p['dataset'], p['dataset'])} "
-                f"{label(p['method'], p.get('new_cost', 'live'))} (|S| = {p['subs']:,}, m = {p['m']}, "
-                f"k_max = {p['k_max']}, T = {p['T']}"
-                + (f", run {p['run'] + 1} of {cfg.runs}" if cfg.runs > 1 and "run" in p else "") + ")")
-
-    lines = [prose("missing.failed", what=describe(rec["point"]), error=rec.get("error", "failed"))
-             for rec in res.store.records.values() if rec.get("status") != "ok"]
-    ten_m = _ten_m_not_planned(res)
-    if ten_m:
-        lines.append(ten_m)
-    unmeasured = [e for e in covered(res) if not (res.spark() if e == "spark" else res.measured(e))]
-    if unmeasured:
-        lines.append(prose("missing.older", sections=", ".join(section_key(t) for e in unmeasured
-                                                                for t in SECTIONS[e])))
-    # A section none of whose points was measured is reported as not regenerated, not point by point.
-    full = replace(cfg, figures=tuple(f for f in FIGURES if res.measured(f)))
-    spark = res.spark_planned if res.spark() else []
-    missing = [p for p in [*full.plan(), *spark] if p.key() not in res.store.records]
-    if missing:
-        lines.append(prose("missing.planned", n=len(missing), points="; ".join(describe(asdict(p)) for p in missing)))
-    body = "\n".join(dict.fromkeys(lines)) if lines else prose("missing.none")
-    return prose("missing") + "\n\n" + body
-
-
-def _ten_m_not_planned(res: Results) -> str:
-    """Why the paper's default |S| is absent, when it was not among the measured values."""
-    cfg = res.cfg
-    planned = any(PAPER_SUBS in cfg.sweep_values("fig9", ds)[1] for ds in cfg.datasets)
-    if planned or "place" not in cfg.datasets:
-        return ""
-    k = res.default_setting("place").get(("kop", "live"))
-    if k is None:
-        return ""
-    subs = cfg.table_point("place", "kop", "live").subs
-    peaks = [r["peak_rss_gib"] for r in res.engine() if r.get("status") == "ok" and "peak_rss_gib" in r]
-    return prose("missing.ten_m", kop_pairs=f0(k["work"]), subs=f"{subs:,}",
-                 kop_pairs_10m=f"{k['work'] * PAPER_SUBS / subs / 1e6:,.0f}M",
-                 peak=f"{max(peaks):.1f} GiB" if peaks else "not recorded")
