@@ -27,8 +27,13 @@ REPORTS += [(SCRIPTS / f"{name}.py", SCRIPTS / "templates" / f"{name}.md") for n
 IDS = [source.stem for source, _ in REPORTS]
 
 
+#: Reports written by more than one module: the others, read with it.
+PARTS = {"paper_report.py": ("paper_notes.py",)}
+
+
 def source_tree(module: Path) -> ast.Module:
-    return ast.parse(module.read_text())
+    files = [module, *(module.with_name(name) for name in PARTS.get(module.name, ()))]
+    return ast.Module(body=[stmt for f in files for stmt in ast.parse(f.read_text()).body], type_ignores=[])
 
 
 def prose_calls(module: Path) -> list[ast.Call]:
