@@ -12,7 +12,7 @@ test: bootstrap
 	@scripts/test.sh
 
 test-unit: bootstrap
-	@.venv/bin/python -m pytest -m unit -q
+	@.venv/bin/python -m pytest -m unit -q -n 2
 
 # ruff (style, bugs, docstrings) on all Python code and mypy on lib/; settings in pyproject.toml.
 # scripts/test.sh runs it before the suite.

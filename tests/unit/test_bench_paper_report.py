@@ -14,7 +14,7 @@ import pytest
 from dkmsks.bench.paper_points import PaperConfig, Point, Store
 from dkmsks.bench.paper_report import ReportError, write_report
 
-pytestmark = pytest.mark.unit
+# Layers per test: rendering the report with its plots takes seconds (slow), reading it does not (unit).
 
 #: The tables and figures of the paper's §6 (Table 1 is its data sets' statistics).
 PAPER_SECTIONS = ("Table 2", "Table 3", "Figure 7", "Figure 8", "Figure 9", "Figure 10")
@@ -61,6 +61,7 @@ def section(doc: str, key: str) -> str:
     return m.group(1)
 
 
+@pytest.mark.slow  # seconds: the report rendered with its plots
 def test_every_table_and_figure_has_a_section_with_a_plot_and_four_method_columns(tmp_path: Path) -> None:
     cfg = config()
     docs, img = tmp_path / "docs" / "report.md", tmp_path / "docs" / "img"
@@ -89,6 +90,7 @@ def test_every_table_and_figure_has_a_section_with_a_plot_and_four_method_column
     assert f"Machine time of the measurements in the store: {minutes} min" in doc
 
 
+@pytest.mark.slow  # seconds: the report rendered with its plots
 def test_a_section_without_points_and_without_history_fails_the_report(tmp_path: Path) -> None:
     cfg = config()
     store = full_store(tmp_path / "store", cfg, skip="fig8")
@@ -101,6 +103,7 @@ def git(repo: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
+@pytest.mark.slow  # seconds: the report rendered with its plots
 def test_a_section_without_points_keeps_its_last_measured_version_marked_older(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / "docs" / "img" / "paper").mkdir(parents=True)
@@ -135,6 +138,7 @@ def test_a_section_without_points_keeps_its_last_measured_version_marked_older(t
     assert "older" not in section(docs.read_text(), "Figure 9")
 
 
+@pytest.mark.unit
 def test_the_committed_report_has_every_section_of_the_papers_experiments() -> None:
     """docs/paper-reproduction.md as committed: a section for each table and figure of §6, each
     either measured (a plot beside a table with the four methods' columns) or marked as an

@@ -15,7 +15,7 @@ from dkmsks.storage import tables
 from live_pipeline import live_pipeline, workload
 from service_harness import running_service
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+pytestmark = pytest.mark.realdata  # layers per test: the two fuzzes take seconds (slow), the rest unit
 
 GOOD_SUB = {"x": 0.5, "y": 0.5, "keywords": ["cafe"], "k": 2}
 GOOD_OBJ = {"id": 123456789, "x": 0.5, "y": 0.5, "keywords": ["cafe"]}
@@ -76,6 +76,7 @@ CASES = [
 
 @pytest.mark.parametrize(("path", "body", "headers", "status", "field"), CASES,
                          ids=[f"{c[0].split('/')[-1]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.unit
 def test_a_bad_request_is_a_4xx_problem_naming_the_field_and_writes_nothing(svc, path, body, headers, status, field):
     before = landing_versions(svc)
     r = svc.client("root").post(path, content=body, headers={"content-type": "application/json", **headers})
@@ -90,6 +91,7 @@ def test_a_bad_request_is_a_4xx_problem_naming_the_field_and_writes_nothing(svc,
     assert httpx.get(svc.url + "/healthz").json()["ok"]
 
 
+@pytest.mark.unit
 def test_a_chunked_body_over_the_limit_is_cut_at_the_limit(svc):
     def chunks():
         for _ in range(10):
@@ -125,6 +127,7 @@ def encode(value) -> bytes:
     return json.dumps(value, allow_nan=True).encode()
 
 
+@pytest.mark.slow  # seconds: a property-based fuzz through the service
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=request_body(("id", "x", "y", "keywords", "k")) | json_values)
 def test_fuzzed_subscriptions_are_answered_and_only_good_ones_land(svc, body):
@@ -142,6 +145,7 @@ def test_fuzzed_subscriptions_are_answered_and_only_good_ones_land(svc, body):
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=st.lists(request_body(("id", "x", "y", "keywords", "t")), min_size=1, max_size=4)
        | request_body(("id", "x", "y", "keywords", "t")) | json_values)
+@pytest.mark.slow  # seconds: a property-based fuzz through the service
 def test_fuzzed_publishes_are_answered_and_only_valid_rows_land(svc, body):
     before = landing_versions(svc)
     r = svc.client("alice").post("/v1/objects", content=encode(body), headers={"content-type": "application/json"})
@@ -155,6 +159,7 @@ def test_fuzzed_publishes_are_answered_and_only_valid_rows_land(svc, body):
             assert r.status_code == 422 and r.json()["detail"].startswith("no object was published")
 
 
+@pytest.mark.slow  # runs after the fuzzes, in their layer
 def test_the_service_is_up_after_the_fuzz(svc):
     assert httpx.get(svc.url + "/healthz").json()["ok"]
     assert svc.client("root").get("/v1/status").status_code == 200

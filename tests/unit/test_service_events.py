@@ -25,7 +25,8 @@ from dkmsks.storage import tables
 from live_pipeline import live_pipeline, workload
 from service_harness import Listener, read_events, running_service
 
-pytestmark = [pytest.mark.unit, pytest.mark.realdata]
+# Event streams over real sockets and a live pipeline: seconds a test.
+pytestmark = [pytest.mark.slow, pytest.mark.realdata]
 T = 5
 
 

@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> Report:
     rec.data["load_avg"] = [load_start, load_average()]
     rec.save()
     failure = "" if rec.data["steps"]["exports_equal"] else "the two warehouses' exports differ"
-    return Report("storage", report(rec.data), failure)
+    return Report("dkm bench storage", report(rec.data), failure)
 
 
 def summary(live_run: dict) -> dict[str, float]:
