@@ -199,8 +199,8 @@ def run(args: argparse.Namespace) -> Report:
         for kind in kinds:
             say(f"channel {kind} ...")
             rows[kind] = measure(kind, args, one, burst, tables, Path(folder))
-    lines = [f"Measured at `{git_commit()}` on {describe_machine(machine())}, load average {load_average()} "
-             f"(other jobs shared the machine). {args.tasks} worker tasks (separate interpreters) host "
+    lines = [f"Measured at `{git_commit()}` on {describe_machine(machine())}, load average {load_average():.1f} "
+             f"({args.tasks} worker tasks (separate interpreters) host "
              f"{args.workers} workers; a one-timestamp round carries {len(one.obj_ids):,} objects, a burst "
              f"{len(burst.obj_ids):,}; each worker sends back {args.records_one:,} / {args.records_burst:,} "
              f"record rows. Milliseconds from putting a round to its last worker's records collected "
