@@ -87,7 +87,8 @@ def round_payload(timestamps: int, workers: int, seed: int) -> BatchPayload:
     e = ev.take(ins)
     return BatchPayload(
         method="dkm", space=(-180.0, -90.0, 180.0, 90.0), timestamps=list(range(1, timestamps + 1)),
-        obj_ids=obj.ids, obj_x=obj.x, obj_y=obj.y, obj_t=obj.t, obj_keywords=KeywordColumn.from_sets(obj.keywords, words),
+        obj_ids=obj.ids, obj_x=obj.x, obj_y=obj.y, obj_t=obj.t,
+        obj_keywords=KeywordColumn.from_sets(obj.keywords, words),
         del_t=ev.t[dels], del_ids=ev.ids[dels], del_worker=rng.integers(0, workers, dels.shape[0]).astype(np.int32),
         ins_t=e.t, ins_ids=e.ids, ins_worker=rng.integers(0, workers, len(e)).astype(np.int32), ins_x=e.x, ins_y=e.y,
         ins_k=e.k, ins_weight=rng.integers(1, 10**6, len(e)), ins_keywords=KeywordColumn.from_sets(e.keywords, words),
@@ -102,8 +103,8 @@ def records(rows: int, seed: int) -> pa.Table:
     offsets = np.concatenate([[0], np.cumsum(k)])
     return pa.table({
         "record": pa.array(rng.choice(["change", "final"], rows)), "t": rng.integers(1, 100, rows),
-        "seq": np.arange(rows), "sub_id": rng.integers(0, 10**7, rows), "change": pa.array(rng.choice(["update",
-                                                                                                       "upsert"], rows)),
+        "seq": np.arange(rows), "sub_id": rng.integers(0, 10**7, rows),
+        "change": pa.array(rng.choice(["update", "upsert"], rows)),
         "object_ids": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                                pa.array(rng.integers(0, 10**7, int(offsets[-1])))),
         "d2": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(rng.random(int(offsets[-1])))),
@@ -199,8 +200,8 @@ def run(args: argparse.Namespace) -> Report:
         for kind in kinds:
             say(f"channel {kind} ...")
             rows[kind] = measure(kind, args, one, burst, tables, Path(folder))
-    lines = [f"Measured at `{git_commit()}` on {describe_machine(machine())}, load average {load_average():.1f} "
-             f"({args.tasks} worker tasks (separate interpreters) host "
+    lines = [f"Measured at `{git_commit()}` on {describe_machine(machine())}, load average {load_average():.1f}. "
+             f"{args.tasks} worker tasks (separate interpreters) host "
              f"{args.workers} workers; a one-timestamp round carries {len(one.obj_ids):,} objects, a burst "
              f"{len(burst.obj_ids):,}; each worker sends back {args.records_one:,} / {args.records_burst:,} "
              f"record rows. Milliseconds from putting a round to its last worker's records collected "
