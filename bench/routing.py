@@ -90,12 +90,14 @@ class Recorder:
         self.last: np.ndarray | None = None
 
     def route(self, objects: Objects, new: NewBalls | None = None) -> np.ndarray:
+        """The router's routing of ``objects``, timed and kept."""
         started = time.perf_counter()
         self.last = self.router.route(objects, new)
         self.route_s += time.perf_counter() - started
         return self.last
 
     def forget(self, ids: np.ndarray) -> int:
+        """The router forgets ``ids`` (deletions), timed."""
         started = time.perf_counter()
         try:
             return int(self.router.forget(ids))
@@ -103,12 +105,14 @@ class Recorder:
             self.update_s += time.perf_counter() - started
 
     def register(self, ids: np.ndarray, workers: np.ndarray, *rest: Any) -> None:
+        """The router posts new balls, timed; their ids and workers kept."""
         started = time.perf_counter()
         self.registered.append((np.asarray(ids), np.asarray(workers)))
         self.router.register(ids, workers, *rest)
         self.update_s += time.perf_counter() - started
 
     def shrink(self, ids: np.ndarray, radius2: np.ndarray) -> int:
+        """The router re-posts shrunk balls, timed."""
         started = time.perf_counter()
         try:
             return int(self.router.shrink(ids, radius2))
