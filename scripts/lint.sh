@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-.venv/bin/ruff check lib dags plugins spark_apps tests scripts || status=1
+.venv/bin/ruff check lib dags plugins spark_apps tests scripts bench || status=1
 .venv/bin/mypy || status=1  # [tool.mypy] files = lib
 if [ "$status" -ne 0 ]; then
   echo "lint: failed (above); fix the code, or see [tool.ruff]/[tool.mypy] in pyproject.toml" >&2
