@@ -105,7 +105,8 @@ def spark_jars(warehouse: str) -> str:
     (``dkmsks.spark.session.session_conf``) lists them. A macro (:data:`MACROS`): the warehouse
     is known when the run starts, not when the file is parsed."""
     jars = [delta_jars()]
-    if str(warehouse).partition("://")[0].lower() in OBJECT_STORE_SCHEMES and "://" in str(warehouse):
+    scheme, uri, _ = str(warehouse).partition("://")
+    if uri and scheme.lower() in OBJECT_STORE_SCHEMES:
         s3 = sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))
         if not s3:
             from airflow.sdk.exceptions import AirflowFailException

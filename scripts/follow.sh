@@ -40,16 +40,7 @@ case "$action" in
     running
     ;;
   stop)
-    if ! running; then echo "follow: not running"; rm -f "$pidfile"; exit 0; fi
-    pid=$(cat "$pidfile")
-    kill -TERM "$pid"
-    for _ in $(seq 1 120); do alive "$pid" || break; sleep 0.5; done
-    if alive "$pid"; then
-      echo "follow: still running after 60 s; killing it (nothing is lost: see docs/design.md §8)"
-      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-    echo "follow: stopped"
+    service_stop follow 60 "nothing is lost: see docs/design.md §8"
     ;;
   *)
     echo "usage: scripts/follow.sh start|status|stop [--warehouse W] [--database D] [dkm follow flags]" >&2

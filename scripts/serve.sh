@@ -36,21 +36,10 @@ case "$action" in
     grep "dkm serve:" "$log" | tail -n 1
     ;;
   status)
-    if running; then echo "serve: running (pid $(cat "$pidfile"))"; else echo "serve: not running"; fi
-    [ -f "$log" ] && { echo "last log lines:"; tail -n 5 "$log"; }
-    running
+    service_status serve
     ;;
   stop)
-    if ! running; then echo "serve: not running"; rm -f "$pidfile"; exit 0; fi
-    pid=$(cat "$pidfile")
-    kill -TERM "$pid"
-    for _ in $(seq 1 40); do alive "$pid" || break; sleep 0.25; done
-    if alive "$pid"; then
-      echo "serve: still running after 10 s; killing it (published rows are in Delta; streams resume)"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-    echo "serve: stopped"
+    service_stop serve 10 "published rows are in Delta; streams resume"
     ;;
   *)
     echo "usage: scripts/serve.sh start|status|stop [--warehouse W] [--database D] [dkm serve flags]" >&2

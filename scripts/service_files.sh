@@ -49,3 +49,27 @@ except ValueError as err:
 # Alive and not a zombie (a killed service whose parent has not reaped it yet is not running).
 alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]; }
 running() { [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; }
+
+# Whether NAME runs, and the last lines of its log; true while it runs.
+service_status() {
+  if running; then echo "$1: running (pid $(cat "$pidfile"))"; else echo "$1: not running"; fi
+  [ -f "$log" ] && { echo "last log lines:"; tail -n 5 "$log"; }
+  running
+}
+
+# Stop NAME: SIGTERM, SECONDS for it to end by itself, then SIGKILL to its process group (each
+# service starts in a session of its own, so its JVM and Python workers go with it), saying WHY
+# that loses nothing.
+service_stop() {
+  local name=$1 seconds=$2 why=$3 pid
+  if ! running; then echo "$name: not running"; rm -f "$pidfile"; return 0; fi
+  pid=$(cat "$pidfile")
+  kill -TERM "$pid"
+  for _ in $(seq 1 $((seconds * 4))); do alive "$pid" || break; sleep 0.25; done
+  if alive "$pid"; then
+    echo "$name: still running after $seconds s; killing it and its process group ($why)"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+  echo "$name: stopped"
+}

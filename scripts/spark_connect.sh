@@ -47,21 +47,10 @@ case "$action" in
     grep "dkm spark-connect: serving" "$log" | tail -n 1
     ;;
   status)
-    if running; then echo "spark-connect: running (pid $(cat "$pidfile"))"; else echo "spark-connect: not running"; fi
-    [ -f "$log" ] && { echo "last log lines:"; tail -n 5 "$log"; }
-    running
+    service_status spark-connect
     ;;
   stop)
-    if ! running; then echo "spark-connect: not running"; rm -f "$pidfile"; exit 0; fi
-    pid=$(cat "$pidfile")
-    kill -TERM "$pid"
-    for _ in $(seq 1 120); do alive "$pid" || break; sleep 0.5; done
-    if alive "$pid"; then
-      echo "spark-connect: still running after 60 s; killing it and its JVM (the process group $pid)"
-      kill -KILL -- "-$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-    echo "spark-connect: stopped"
+    service_stop spark-connect 60 "it holds no state: its clients reconnect"
     ;;
   *)
     echo "usage: scripts/spark_connect.sh start|status|stop [--warehouse W] [--database D] [dkm spark-connect flags]" >&2

@@ -107,11 +107,11 @@ def results_as_of(lake: Lake, as_of: int | None = None, sub_ids: list[int] | Non
     return t, _results(table)
 
 
-def results_table_as_of(lake: Lake, as_of: int | None = None,
-                        sub_ids: list[int] | None = None) -> tuple[int, pa.Table]:
-    """``(T, table)``: :func:`results_as_of` as columns ``sub_id``, ``object_ids``, ``d2``
-    ordered by ``sub_id``, computed column-wise (the export of 1M subscriptions never holds a
-    Python object per subscription)."""
+def exact_base(lake: Lake, as_of: int | None) -> tuple[int, int, int]:
+    """``(T, through, version)``: processed timestamp ``as_of`` resolved (default: the last),
+    and the newest ``knn_state`` version exact through a timestamp ``through <= T`` whose
+    journal changes since are still in the log — what every as-of read replays from. A ``T``
+    beyond the as-of horizon raises ValueError naming the horizon."""
     t = resolve_as_of(lake, as_of)
     checkpoints = state_checkpoints(lake)
     base = [(through, version) for through, version in checkpoints if through <= t]
@@ -122,6 +122,15 @@ def results_table_as_of(lake: Lake, as_of: int | None = None,
     gone = missing_history(lake, version)
     if gone is not None:
         raise ValueError(beyond_horizon(lake, t, gone, checkpoints))
+    return t, through, version
+
+
+def results_table_as_of(lake: Lake, as_of: int | None = None,
+                        sub_ids: list[int] | None = None) -> tuple[int, pa.Table]:
+    """``(T, table)``: :func:`results_as_of` as columns ``sub_id``, ``object_ids``, ``d2``
+    ordered by ``sub_id``, computed column-wise (the export of 1M subscriptions never holds a
+    Python object per subscription)."""
+    t, through, version = exact_base(lake, as_of)
     # A few subscriptions (dkm results, the client) go into the scans' predicate: knn_state's
     # files are sorted by sub_id, so the Parquet statistics skip most of them.
     picked = None if sub_ids is None else sorted({int(s) for s in sub_ids})

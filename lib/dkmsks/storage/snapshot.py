@@ -35,12 +35,9 @@ from dkmsks.storage import tables
 from dkmsks.storage.export import (
     _DELETE,
     _apply_changes,
-    beyond_horizon,
     change_kinds,
+    exact_base,
     last_change_rows,
-    missing_history,
-    resolve_as_of,
-    state_checkpoints,
 )
 from dkmsks.storage.lake import PREDICATE_IDS, Lake, where
 
@@ -86,16 +83,7 @@ def subscriptions_as_of(lake: Lake, as_of: int | None = None, *, sub_ids: Sequen
     place, ``k``, keywords, worker, registration timestamp and exact result (module doc);
     only ``sub_ids`` when given, only those inside ``box``, at most ``limit`` of them. A ``T``
     beyond the as-of horizon raises ValueError, as :func:`~dkmsks.storage.export.results_as_of`."""
-    t = resolve_as_of(lake, as_of)
-    checkpoints = state_checkpoints(lake)
-    base = [(through, version) for through, version in checkpoints if through <= t]
-    if not base:
-        raise ValueError(beyond_horizon(lake, t, f"no knn_state version exact at or before t={t} is left in its "
-                                                 "Delta log (its entries expired)", checkpoints))
-    through, version = max(base)
-    gone = missing_history(lake, version)
-    if gone is not None:
-        raise ValueError(beyond_horizon(lake, t, gone, checkpoints))
+    t, through, version = exact_base(lake, as_of)
     picked = None if sub_ids is None else sorted({int(s) for s in sub_ids})
     if picked is not None and not picked:
         return Snapshot(t, 0, _empty())
