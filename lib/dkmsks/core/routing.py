@@ -54,8 +54,9 @@ from dkmsks.core.worker_index import safe_radius
 __all__ = ["DEFAULT_CELLS", "DEFAULT_LEVELS", "KeyCounts", "NewBalls", "ObjectRouter", "needed_objects"]
 
 #: The finest level of the pyramid (``2^levels`` cells a side) and the most cells per axis a ball
-#: is posted in: chosen by measurement on the 1M/1M workload (docs/benchmarks.md, "Routing the
-#: objects"), the finest that keeps the summary's size and the objects it sends in proportion.
+#: is posted in. At these values on the 1M/1M workload the summary holds 9.8M keys (121 MiB) and
+#: sends 1.9x the minimum bytes a timestamp (docs/benchmarks.md, "Routing the objects"); other
+#: values have not been compared there.
 DEFAULT_LEVELS = 14
 DEFAULT_CELLS = 4
 
